@@ -1,0 +1,186 @@
+//! The client: connections, background tasks, and the entry point for locks.
+
+use std::fmt;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::{IntoConnectionInfo, ProtocolVersion};
+use tokio_util::sync::CancellationToken;
+use uuid::Uuid;
+
+use crate::config::{Config, LockClientBuilder};
+use crate::error::LockError;
+use crate::request::LockRequest;
+use crate::scripts::Scripts;
+use crate::wakeups::Wakeups;
+use crate::watchdog::{self, Registry};
+
+/// A handle to a Redis server for taking locks. Cheap to clone: clones share
+/// one command connection, one pub/sub connection and one watchdog.
+///
+/// ```no_run
+/// # async fn run() -> Result<(), lock_runtime::LockError> {
+/// use std::time::Duration;
+/// use lock_runtime::LockClient;
+///
+/// let locks = LockClient::connect("redis://127.0.0.1:6379").await?;
+/// let guard = locks
+///     .lock("order:42")
+///     .lease(Duration::from_secs(30))
+///     .wait(Duration::from_secs(5))
+///     .acquire()
+///     .await?;
+/// println!("holding order:42 with fencing token {}", guard.fence());
+/// guard.release().await?;
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Clone)]
+pub struct LockClient {
+    pub(crate) inner: Arc<Inner>,
+}
+
+pub(crate) struct Inner {
+    pub(crate) id: Uuid,
+    pub(crate) config: Config,
+    pub(crate) scripts: Scripts,
+    pub(crate) wakeups: Wakeups,
+    pub(crate) registry: Arc<Registry>,
+    next_scope: AtomicU64,
+    shutdown: CancellationToken,
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        // Guards keep the client alive, so nothing is held any more: stop
+        // the watchdog and the subscriber.
+        self.shutdown.cancel();
+    }
+}
+
+impl fmt::Debug for LockClient {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LockClient")
+            .field("id", &self.inner.id)
+            .field("prefix", &self.inner.config.prefix)
+            .field("held", &self.inner.registry.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl LockClient {
+    /// Connects with default settings to a `redis://` or `rediss://` URL;
+    /// user name, password and database number come from the URL
+    /// (`redis://user:secret@host:6379/2`).
+    ///
+    /// Must be called inside a Tokio runtime: the client starts its watchdog
+    /// and subscriber tasks there.
+    pub async fn connect(url: &str) -> Result<LockClient, LockError> {
+        LockClient::builder(url).connect().await
+    }
+
+    /// A builder for settings other than the defaults.
+    pub fn builder(url: &str) -> LockClientBuilder {
+        LockClientBuilder::new(url)
+    }
+
+    pub(crate) async fn open(url: String, config: Config) -> Result<LockClient, LockError> {
+        #[cfg(feature = "tls")]
+        if url.starts_with("rediss://") {
+            // rustls needs one crypto provider per process; keep the user's if set.
+            let _ = rustls::crypto::ring::default_provider().install_default();
+        }
+        let info = url
+            .as_str()
+            .into_connection_info()
+            .map_err(|err| LockError::Config(format!("bad Redis URL `{url}`: {err}")))?;
+        let redis_settings = info.redis_settings().clone();
+        let subscriber_info = info
+            .clone()
+            .set_redis_settings(redis_settings.set_protocol(ProtocolVersion::RESP3));
+        let client = redis::Client::open(info).map_err(|err| LockError::from_redis(None, err))?;
+        let subscriber_client =
+            redis::Client::open(subscriber_info).map_err(|err| LockError::from_redis(None, err))?;
+
+        let manager_config = ConnectionManagerConfig::new()
+            .set_connection_timeout(Some(config.connect_timeout))
+            .set_response_timeout(Some(config.command_timeout))
+            // Few quick retries per reconnection; every failed command
+            // starts a new reconnection, so this never gives up for good.
+            .set_number_of_retries(2)
+            .set_min_delay(Duration::from_millis(20))
+            .set_max_delay(Duration::from_millis(500));
+
+        let shutdown = CancellationToken::new();
+        let connecting = async {
+            let conn = ConnectionManager::new_with_config(client, manager_config.clone()).await?;
+            let wakeups =
+                Wakeups::start(subscriber_client, manager_config.clone(), shutdown.clone()).await?;
+            Ok::<_, redis::RedisError>((conn, wakeups))
+        };
+        // The manager retries; bound the whole attempt by the connect timeout.
+        let limit = config.connect_timeout * 3;
+        let (conn, wakeups) = match tokio::time::timeout(limit, connecting).await {
+            Ok(Ok(connected)) => connected,
+            Ok(Err(err)) => {
+                shutdown.cancel();
+                return Err(LockError::from_redis(None, err));
+            }
+            Err(_) => {
+                shutdown.cancel();
+                return Err(LockError::CommandTimeout {
+                    key: None,
+                    after: limit,
+                });
+            }
+        };
+
+        let scripts = Scripts::new(conn, config.command_timeout);
+        let registry = Arc::new(Registry::default());
+        tokio::spawn(watchdog::run(
+            registry.clone(),
+            scripts.clone(),
+            shutdown.clone(),
+        ));
+        let id = Uuid::new_v4();
+        tracing::debug!(client = %id, prefix = %config.prefix, "lock client connected");
+        Ok(LockClient {
+            inner: Arc::new(Inner {
+                id,
+                config,
+                scripts,
+                wakeups,
+                registry,
+                next_scope: AtomicU64::new(1),
+                shutdown,
+            }),
+        })
+    }
+
+    /// Starts a request for the lock `name`; set its lease and wait, then
+    /// [`acquire`](LockRequest::acquire) it.
+    ///
+    /// Any string names a lock. A name with a Redis Cluster hash tag
+    /// (`{tenant:7}:order:42`) keeps it, so locks can share a slot with data.
+    pub fn lock(&self, name: impl Into<String>) -> LockRequest {
+        LockRequest::new(self.clone(), name.into())
+    }
+
+    /// This client's unique id, the first part of every owner id it uses.
+    pub fn id(&self) -> Uuid {
+        self.inner.id
+    }
+
+    /// How many locks this client holds and renews right now.
+    pub fn held(&self) -> usize {
+        self.inner.registry.len()
+    }
+
+    /// A fresh owner id for an acquisition outside any scope.
+    pub(crate) fn new_owner(&self) -> Arc<str> {
+        let scope = self.inner.next_scope.fetch_add(1, Ordering::Relaxed);
+        format!("{}:{scope}", self.inner.id).into()
+    }
+}

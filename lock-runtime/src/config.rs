@@ -1,0 +1,185 @@
+//! Client-wide settings and the builder that sets them.
+
+use std::time::Duration;
+
+use crate::client::LockClient;
+use crate::error::LockError;
+
+/// The shortest lease the library accepts. Renewal runs every lease/3, and a
+/// renewal must make a round trip and be confirmed well within that time.
+pub const MIN_LEASE: Duration = Duration::from_millis(100);
+
+/// Settings shared by every lock taken through one [`LockClient`].
+#[derive(Debug, Clone)]
+pub(crate) struct Config {
+    pub(crate) prefix: String,
+    pub(crate) default_lease: Duration,
+    pub(crate) default_wait: Duration,
+    pub(crate) drift: Option<Duration>,
+    pub(crate) connect_timeout: Duration,
+    pub(crate) command_timeout: Duration,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            prefix: "lock:".to_owned(),
+            default_lease: Duration::from_secs(30),
+            default_wait: Duration::from_secs(10),
+            drift: None,
+            connect_timeout: Duration::from_secs(5),
+            command_timeout: Duration::from_secs(3),
+        }
+    }
+}
+
+impl Config {
+    /// The safety margin subtracted from a lease when computing how long a
+    /// lock is surely still ours: the fixed margin if one was set, otherwise
+    /// 1 % of the lease plus 2 ms (the clock-drift allowance of the Redlock paper).
+    pub(crate) fn drift_for(&self, lease: Duration) -> Duration {
+        self.drift
+            .unwrap_or_else(|| lease / 100 + Duration::from_millis(2))
+    }
+
+    /// Rejects a lease that cannot be renewed safely.
+    pub(crate) fn check_lease(&self, key: &str, lease: Duration) -> Result<(), LockError> {
+        if lease < MIN_LEASE {
+            return Err(LockError::Config(format!(
+                "lease {lease:?} for lock `{key}` is shorter than the minimum {MIN_LEASE:?}"
+            )));
+        }
+        if self.drift_for(lease) >= lease / 3 {
+            return Err(LockError::Config(format!(
+                "drift margin {:?} leaves no safe window in the {lease:?} lease of lock `{key}`",
+                self.drift_for(lease)
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// Builds a [`LockClient`] with settings other than the defaults.
+///
+/// ```no_run
+/// # async fn run() -> Result<(), lock_runtime::LockError> {
+/// use std::time::Duration;
+/// use lock_runtime::LockClient;
+///
+/// let locks = LockClient::builder("redis://127.0.0.1:6379/0")
+///     .prefix("billing:lock:")
+///     .default_lease(Duration::from_secs(10))
+///     .default_wait(Duration::from_secs(2))
+///     .command_timeout(Duration::from_millis(500))
+///     .connect()
+///     .await?;
+/// # drop(locks);
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Debug, Clone)]
+#[must_use = "a builder does nothing until `connect` is awaited"]
+pub struct LockClientBuilder {
+    pub(crate) url: String,
+    pub(crate) config: Config,
+}
+
+impl LockClientBuilder {
+    pub(crate) fn new(url: &str) -> Self {
+        LockClientBuilder {
+            url: url.to_owned(),
+            config: Config::default(),
+        }
+    }
+
+    /// Prefix of every Redis key and channel this client uses (default `lock:`).
+    /// Clients that must exclude each other need the same prefix. It may not
+    /// contain `{` or `}`, which would change the keys' Cluster hash slot.
+    pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.config.prefix = prefix.into();
+        self
+    }
+
+    /// Lease of a lock when the caller names none (default 30 s). The lease is
+    /// how long a lock outlives a holder that crashed; a live holder renews it.
+    pub fn default_lease(mut self, lease: Duration) -> Self {
+        self.config.default_lease = lease;
+        self
+    }
+
+    /// How long to wait for a held lock when the caller names no wait
+    /// (default 10 s). `Duration::ZERO` tries once.
+    pub fn default_wait(mut self, wait: Duration) -> Self {
+        self.config.default_wait = wait;
+        self
+    }
+
+    /// A fixed safety margin for clock drift and scheduling delays, taken off
+    /// each lease when deciding how long a lock is surely held (default: 1 %
+    /// of the lease plus 2 ms).
+    pub fn drift(mut self, drift: Duration) -> Self {
+        self.config.drift = Some(drift);
+        self
+    }
+
+    /// Time allowed for each attempt to open a connection (default 5 s).
+    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
+        self.config.connect_timeout = timeout;
+        self
+    }
+
+    /// Time allowed for any one Redis command, after which it fails with
+    /// [`LockError::CommandTimeout`] (default 3 s).
+    pub fn command_timeout(mut self, timeout: Duration) -> Self {
+        self.config.command_timeout = timeout;
+        self
+    }
+
+    /// Checks the settings, connects, and starts the client's background tasks.
+    ///
+    /// Fails with [`LockError::Config`] for a bad URL or setting,
+    /// [`LockError::Auth`] for refused credentials and
+    /// [`LockError::Unavailable`] or [`LockError::CommandTimeout`] when the
+    /// server cannot be reached within the connect timeout.
+    pub async fn connect(self) -> Result<LockClient, LockError> {
+        let config = &self.config;
+        if config.prefix.contains(['{', '}']) {
+            return Err(LockError::Config(format!(
+                "prefix `{}` may not contain `{{` or `}}`",
+                config.prefix
+            )));
+        }
+        if config.connect_timeout.is_zero() || config.command_timeout.is_zero() {
+            return Err(LockError::Config("timeouts must be longer than zero".into()));
+        }
+        config.check_lease("(default)", config.default_lease)?;
+        LockClient::open(self.url, self.config).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn default_drift_is_one_percent_plus_two_ms() {
+        let config = Config::default();
+        assert_eq!(
+            config.drift_for(Duration::from_secs(30)),
+            Duration::from_millis(302)
+        );
+    }
+
+    #[test]
+    fn short_leases_are_rejected() {
+        let config = Config::default();
+        assert!(config.check_lease("k", Duration::from_millis(99)).is_err());
+        assert!(config.check_lease("k", MIN_LEASE).is_ok());
+        let wide = Config {
+            drift: Some(Duration::from_secs(1)),
+            ..Config::default()
+        };
+        assert!(wide.check_lease("k", Duration::from_secs(2)).is_err());
+        assert!(wide.check_lease("k", Duration::from_secs(4)).is_ok());
+    }
+}

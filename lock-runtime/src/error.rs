@@ -1,0 +1,184 @@
+//! Everything that can go wrong, as one error type.
+
+use std::fmt;
+use std::time::Duration;
+
+/// An error from taking, holding or releasing a lock.
+///
+/// Every variant that concerns one lock names its key. Match on the variants,
+/// or ask the predicates, which keep working as variants are added:
+///
+/// ```
+/// use lock_runtime::LockError;
+/// use std::time::Duration;
+///
+/// let err = LockError::Timeout { key: "order:42".into(), waited: Duration::from_secs(5) };
+/// assert!(err.is_timeout());
+/// assert_eq!(err.key(), Some("order:42"));
+/// assert_eq!(err.to_string(), "timed out after 5s waiting for lock `order:42`");
+/// ```
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum LockError {
+    /// Another owner held the lock for the whole wait.
+    #[error("timed out after {waited:?} waiting for lock `{key}`")]
+    Timeout {
+        /// The lock's name.
+        key: String,
+        /// How long the caller waited.
+        waited: Duration,
+    },
+    /// The lock was held and is not any more, or may not be.
+    #[error("lost lock `{key}`: {reason}")]
+    Lost {
+        /// The lock's name.
+        key: String,
+        /// What was observed.
+        reason: LossReason,
+    },
+    /// No default client was installed with [`install`](crate::install).
+    #[error("no lock client installed: call lock_runtime::install(client) first, or name one with `client = ...`")]
+    NotInstalled,
+    /// The lock key exists in Redis but is not a lock (for example a string).
+    #[error("key `{key}` holds a value that is not a lock (WRONGTYPE): {source}")]
+    WrongType {
+        /// The lock's name.
+        key: String,
+        /// Redis's answer.
+        source: redis::RedisError,
+    },
+    /// Redis refused the credentials (or none were given where needed).
+    #[error("Redis refused authentication: {source}")]
+    Auth {
+        /// Redis's answer.
+        source: redis::RedisError,
+    },
+    /// The server is a read-only replica.
+    #[error("Redis is read-only (a replica?) for lock `{key}`: {source}")]
+    ReadOnly {
+        /// The lock's name.
+        key: String,
+        /// Redis's answer.
+        source: redis::RedisError,
+    },
+    /// Redis could not be reached: refused, reset, or not answering in time.
+    #[error("Redis unavailable{}: {source}", for_key(key))]
+    Unavailable {
+        /// The lock's name, when the failure concerned one lock.
+        key: Option<String>,
+        /// The underlying failure.
+        source: redis::RedisError,
+    },
+    /// Redis did not answer within the command timeout.
+    #[error("Redis did not answer within {after:?}{}", for_key(key))]
+    CommandTimeout {
+        /// The lock's name, when the command concerned one lock.
+        key: Option<String>,
+        /// The command timeout that ran out.
+        after: Duration,
+    },
+    /// A lock name or option that cannot be used.
+    #[error("invalid lock configuration: {0}")]
+    Config(String),
+    /// Any other error reported by Redis.
+    #[error("Redis error{}: {source}", for_key(key))]
+    Redis {
+        /// The lock's name, when the error concerned one lock.
+        key: Option<String>,
+        /// Redis's answer.
+        source: redis::RedisError,
+    },
+}
+
+fn for_key(key: &Option<String>) -> String {
+    key.as_ref()
+        .map(|key| format!(" for lock `{key}`"))
+        .unwrap_or_default()
+}
+
+/// Why a held lock counts as lost.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum LossReason {
+    /// A renewal found the lock gone or held by another owner.
+    NotHeld,
+    /// No renewal was confirmed before the local validity deadline: Redis was
+    /// unreachable or slow for long enough that the lease may have run out.
+    Expired,
+    /// Releasing found the lock already gone or taken over.
+    NotHeldAtRelease,
+}
+
+impl fmt::Display for LossReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            LossReason::NotHeld => "renewal found it deleted or held by another owner",
+            LossReason::Expired => "no renewal confirmed before its lease could run out",
+            LossReason::NotHeldAtRelease => "it was no longer held when released",
+        })
+    }
+}
+
+impl LockError {
+    /// True for [`LockError::Timeout`]: the lock stayed taken for the whole wait.
+    pub fn is_timeout(&self) -> bool {
+        matches!(self, LockError::Timeout { .. })
+    }
+
+    /// True for [`LockError::Lost`]: mutual exclusion can no longer be assumed.
+    pub fn is_lost(&self) -> bool {
+        matches!(self, LockError::Lost { .. })
+    }
+
+    /// True when Redis could not be reached or did not answer in time; trying
+    /// again later may succeed.
+    pub fn is_unavailable(&self) -> bool {
+        matches!(
+            self,
+            LockError::Unavailable { .. } | LockError::CommandTimeout { .. }
+        )
+    }
+
+    /// The lock's name, for the errors that concern one lock.
+    pub fn key(&self) -> Option<&str> {
+        match self {
+            LockError::Timeout { key, .. }
+            | LockError::Lost { key, .. }
+            | LockError::WrongType { key, .. }
+            | LockError::ReadOnly { key, .. } => Some(key),
+            LockError::Unavailable { key, .. }
+            | LockError::CommandTimeout { key, .. }
+            | LockError::Redis { key, .. } => key.as_deref(),
+            LockError::NotInstalled | LockError::Auth { .. } | LockError::Config(_) => None,
+        }
+    }
+
+    /// Sorts a Redis error into the variant a caller can act on.
+    pub(crate) fn from_redis(key: Option<&str>, source: redis::RedisError) -> LockError {
+        use redis::{ErrorKind, ServerErrorKind};
+        let key = key.map(str::to_owned);
+        let code = source.code().unwrap_or_default();
+        match source.kind() {
+            ErrorKind::AuthenticationFailed => LockError::Auth { source },
+            _ if matches!(code, "NOAUTH" | "WRONGPASS" | "NOPERM") => LockError::Auth { source },
+            ErrorKind::Server(ServerErrorKind::ReadOnly) => LockError::ReadOnly {
+                key: key.unwrap_or_default(),
+                source,
+            },
+            _ if code == "WRONGTYPE" || source.to_string().contains("WRONGTYPE") => {
+                LockError::WrongType {
+                    key: key.unwrap_or_default(),
+                    source,
+                }
+            }
+            _ if source.is_io_error()
+                || source.is_connection_refusal()
+                || source.is_connection_dropped()
+                || source.is_timeout() =>
+            {
+                LockError::Unavailable { key, source }
+            }
+            _ => LockError::Redis { key, source },
+        }
+    }
+}

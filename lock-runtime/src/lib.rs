@@ -1,0 +1,73 @@
+//! Redis distributed locks for async Rust.
+//!
+//! A lock is named by a string, held by a *task scope* (not a thread),
+//! renewed by one watchdog per client while it is held, and released by its
+//! holder or, if the holder dies, by its lease running out. Waiters sleep
+//! until a release is published instead of polling. Every acquisition gets a
+//! fencing token that only ever grows, for storage that must reject writes
+//! from a holder whose lock has passed on.
+//!
+//! ```no_run
+//! use std::time::Duration;
+//! use lock_runtime::{LockClient, LockError};
+//!
+//! # async fn run() -> Result<(), LockError> {
+//! let locks = LockClient::connect("redis://127.0.0.1:6379").await?;
+//! let guard = locks
+//!     .lock("order:42")
+//!     .lease(Duration::from_secs(30))
+//!     .wait(Duration::from_secs(5))
+//!     .acquire()
+//!     .await?;
+//! let token = guard.fence(); // strictly increasing per lock across holders
+//! tokio::select! {
+//!     _ = guard.lost() => return Err(guard.lost_error()),
+//!     _ = settle(42, token) => {}
+//! }
+//! guard.release().await?;
+//! # Ok(())
+//! # }
+//! # async fn settle(_order: u64, _token: u64) {}
+//! ```
+//!
+//! # What holds, and how
+//!
+//! * **Atomic scripts.** Acquire, release and renew are Lua scripts: a lock
+//!   is taken only when free (or re-entered by its owner), and only its
+//!   owner can renew or release it.
+//! * **Ownership by task scope.** See [`LockGuard::scope`]: inside a
+//!   critical section, taking the same lock again re-enters it; a spawned
+//!   task is another owner.
+//! * **Renewal.** One background task per client renews every held lock at
+//!   a third of its lease, up to a thousand locks per round trip.
+//! * **Loss.** [`LockGuard::lost`] resolves when a renewal finds the lock
+//!   gone or when Redis stays silent until the lock's validity deadline,
+//!   which falls before the lease could run out in Redis.
+//! * **Waiting.** A waiter subscribes to the lock's release channel before
+//!   retrying and sleeps until a release, the holder's lease, or its deadline.
+//! * **Fencing.** [`LockGuard::fence`]; the counters behind it are bounded
+//!   (one per Redis Cluster slot at most), however many lock names are used.
+//!
+//! Every acquire, wait, renewal, release and loss is logged with `tracing`,
+//! with the lock's key.
+#![warn(missing_docs)]
+
+mod client;
+mod config;
+mod error;
+mod guard;
+mod install;
+mod keys;
+mod request;
+mod scope;
+mod scripts;
+mod wakeups;
+mod watchdog;
+
+pub use client::LockClient;
+pub use config::{LockClientBuilder, MIN_LEASE};
+pub use error::{LockError, LossReason};
+pub use guard::LockGuard;
+pub use install::{install, installed};
+pub use request::LockRequest;
+pub use scope::{CurrentLock, current};

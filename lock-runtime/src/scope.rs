@@ -1,0 +1,101 @@
+//! Lock ownership by task scope, kept in a task-local.
+//!
+//! Async tasks move between threads, so a thread id says nothing about who
+//! holds a lock. Instead, a lock's critical section runs inside a *scope*
+//! ([`LockGuard::scope`](crate::LockGuard::scope), or the body of a
+//! `#[distributed_lock]` function) that records, in a task-local, the owner
+//! id it holds locks under: the client's uuid plus a scope number.
+//!
+//! Any lock taken through the same client inside that scope uses the same
+//! owner id, so taking a lock the scope already holds re-enters it instead of
+//! waiting for itself. A task spawned from inside the scope does not inherit
+//! task-locals: it is a different owner and waits like anyone else. Outside
+//! any scope, each acquisition is its own owner.
+//!
+//! Futures joined *inside* one critical section share its ownership, as
+//! statements inside it do: they are all part of the holder's work.
+
+use std::sync::Arc;
+
+use uuid::Uuid;
+
+tokio::task_local! {
+    static SCOPE: Arc<Scope>;
+}
+
+/// One level of held lock in the current task.
+#[derive(Debug)]
+pub(crate) struct Scope {
+    pub(crate) client: Uuid,
+    pub(crate) owner: Arc<str>,
+    pub(crate) name: String,
+    pub(crate) fence: u64,
+    pub(crate) parent: Option<Arc<Scope>>,
+}
+
+impl Scope {
+    fn ancestors(self: &Arc<Self>) -> impl Iterator<Item = &Arc<Scope>> {
+        std::iter::successors(Some(self), |scope| scope.parent.as_ref())
+    }
+}
+
+/// The scope the current task runs in, if any.
+pub(crate) fn innermost() -> Option<Arc<Scope>> {
+    SCOPE.try_with(Arc::clone).ok()
+}
+
+/// The owner id the current task holds `client`'s locks under, if it is
+/// inside a scope of that client.
+pub(crate) fn owner_for(client: Uuid) -> Option<Arc<str>> {
+    let innermost = innermost()?;
+    innermost
+        .ancestors()
+        .find(|scope| scope.client == client)
+        .map(|scope| scope.owner.clone())
+}
+
+/// Runs `fut` inside a new scope for a held lock.
+pub(crate) async fn enter<F: Future>(scope: Scope, fut: F) -> F::Output {
+    SCOPE.scope(Arc::new(scope), fut).await
+}
+
+/// The lock the current task holds, as seen from inside its critical section.
+///
+/// Returned by [`current`]: pass [`fence`](CurrentLock::fence) to the storage
+/// a critical section writes to, so that it can reject writes from a holder
+/// whose lock has since passed to someone else.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CurrentLock {
+    /// The lock's name, as given to [`LockClient::lock`](crate::LockClient::lock).
+    pub key: String,
+    /// Its fencing token.
+    pub fence: u64,
+}
+
+/// The innermost lock held by the current task's critical section, or `None`
+/// outside of any.
+///
+/// Inside the body of a `#[distributed_lock]` function or a
+/// [`LockGuard::scope`](crate::LockGuard::scope), this names the lock and its
+/// fencing token without passing the guard around:
+///
+/// ```no_run
+/// # async fn run(locks: lock_runtime::LockClient) -> Result<(), lock_runtime::LockError> {
+/// let guard = locks.lock("report:daily").acquire().await?;
+/// guard
+///     .scope(async {
+///         let held = lock_runtime::current().expect("inside a critical section");
+///         assert_eq!(held.key, "report:daily");
+///         // storage.write_if_newer(held.fence, ...)
+///     })
+///     .await?;
+/// guard.release().await?;
+/// # Ok(())
+/// # }
+/// ```
+pub fn current() -> Option<CurrentLock> {
+    innermost().map(|scope| CurrentLock {
+        key: scope.name.clone(),
+        fence: scope.fence,
+    })
+}

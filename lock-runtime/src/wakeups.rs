@@ -1,0 +1,298 @@
+//! Waking waiters on release: one pub/sub connection per client.
+//!
+//! A waiter *watches* a lock's release channel before it retries, so a
+//! release between its failed attempt and its sleep cannot be missed. Waiters
+//! on the same lock in one process share one subscription; a release message
+//! wakes one of them (in arrival order), not all, and a woken waiter that
+//! gives up passes the wake-up on (tokio's `Notify` does that).
+//!
+//! Subscribe and unsubscribe commands go through one task, in the order the
+//! watch counts changed, so a late UNSUBSCRIBE can never cancel a newer
+//! SUBSCRIBE for the same channel. When the connection drops, that task
+//! subscribes again to every watched channel and then wakes every waiter,
+//! since a release may have been missed meanwhile.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::{PushInfo, PushKind, Value};
+use tokio::sync::{Notify, mpsc, watch};
+use tokio_util::sync::CancellationToken;
+
+/// Whether a channel's subscription is confirmed by the server.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Readiness {
+    Pending,
+    Subscribed,
+    /// The subscription failed: waiters fall back to short sleeps.
+    Failed,
+}
+
+#[derive(Debug)]
+struct Channel {
+    name: String,
+    notify: Notify,
+    ready: watch::Sender<Readiness>,
+}
+
+#[derive(Debug, Default)]
+struct Channels {
+    /// Watched channels and how many waiters watch each.
+    watched: Mutex<HashMap<String, (usize, Arc<Channel>)>>,
+}
+
+impl Channels {
+    fn watched(&self) -> std::sync::MutexGuard<'_, HashMap<String, (usize, Arc<Channel>)>> {
+        // Only counts and handles live here; a panic while locked cannot
+        // leave them half-updated.
+        self.watched.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn get(&self, name: &str) -> Option<Arc<Channel>> {
+        self.watched().get(name).map(|(_, channel)| channel.clone())
+    }
+
+    fn all(&self) -> Vec<Arc<Channel>> {
+        self.watched()
+            .values()
+            .map(|(_, channel)| channel.clone())
+            .collect()
+    }
+}
+
+enum Command {
+    Subscribe(Arc<Channel>),
+    Unsubscribe(String),
+    /// The connection dropped: subscribe to everything again, then wake all.
+    Resubscribe,
+}
+
+/// The pub/sub side of a client.
+#[derive(Debug)]
+pub(crate) struct Wakeups {
+    channels: Arc<Channels>,
+    commands: mpsc::UnboundedSender<Command>,
+}
+
+impl std::fmt::Debug for Command {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Command::Subscribe(channel) => write!(f, "Subscribe({})", channel.name),
+            Command::Unsubscribe(name) => write!(f, "Unsubscribe({name})"),
+            Command::Resubscribe => f.write_str("Resubscribe"),
+        }
+    }
+}
+
+impl Wakeups {
+    /// Opens the subscriber connection (RESP3, so that messages arrive as
+    /// pushes) and starts the task that owns it.
+    pub(crate) async fn start(
+        client: redis::Client,
+        config: ConnectionManagerConfig,
+        shutdown: CancellationToken,
+    ) -> redis::RedisResult<Wakeups> {
+        let channels = Arc::new(Channels::default());
+        let (commands, receiver) = mpsc::unbounded_channel();
+        let on_push = {
+            let channels = channels.clone();
+            let commands = commands.clone();
+            move |push: PushInfo| {
+                dispatch(&channels, &commands, push);
+                Ok::<(), redis::aio::SendError>(())
+            }
+        };
+        let conn = ConnectionManager::new_with_config(client, config.set_push_sender(on_push))
+            .await?;
+        tokio::spawn(subscriber(conn, receiver, channels.clone(), shutdown));
+        Ok(Wakeups { channels, commands })
+    }
+
+    /// Starts watching a channel; the subscription lives as long as the watch.
+    pub(crate) fn watch(&self, name: &str) -> Watch {
+        let mut watched = self.channels.watched();
+        let channel = match watched.get_mut(name) {
+            Some((count, channel)) => {
+                *count += 1;
+                channel.clone()
+            }
+            None => {
+                let channel = Arc::new(Channel {
+                    name: name.to_owned(),
+                    notify: Notify::new(),
+                    ready: watch::Sender::new(Readiness::Pending),
+                });
+                watched.insert(name.to_owned(), (1, channel.clone()));
+                // Sent while the map is locked: commands keep the map's order.
+                if self
+                    .commands
+                    .send(Command::Subscribe(channel.clone()))
+                    .is_err()
+                {
+                    channel.ready.send_replace(Readiness::Failed);
+                }
+                channel
+            }
+        };
+        Watch {
+            channel,
+            channels: self.channels.clone(),
+            commands: self.commands.clone(),
+        }
+    }
+}
+
+/// One waiter's interest in one lock's release channel.
+pub(crate) struct Watch {
+    channel: Arc<Channel>,
+    channels: Arc<Channels>,
+    commands: mpsc::UnboundedSender<Command>,
+}
+
+impl Watch {
+    /// Waits until the subscription is confirmed; false if it failed.
+    pub(crate) async fn subscribed(&self) -> bool {
+        let mut ready = self.channel.ready.subscribe();
+        match ready.wait_for(|r| *r != Readiness::Pending).await {
+            Ok(r) => *r == Readiness::Subscribed,
+            Err(_) => false,
+        }
+    }
+
+    /// Whether release messages are arriving; false means the caller should
+    /// not rely on being woken.
+    pub(crate) fn is_live(&self) -> bool {
+        *self.channel.ready.borrow() == Readiness::Subscribed
+    }
+
+    /// The notification a release (or a resubscription) sends.
+    pub(crate) fn notify(&self) -> &Notify {
+        &self.channel.notify
+    }
+}
+
+impl Drop for Watch {
+    fn drop(&mut self) {
+        let mut watched = self.channels.watched();
+        if let Some((count, _)) = watched.get_mut(&self.channel.name) {
+            *count -= 1;
+            if *count == 0 {
+                watched.remove(&self.channel.name);
+                let _ = self
+                    .commands
+                    .send(Command::Unsubscribe(self.channel.name.clone()));
+            }
+        }
+    }
+}
+
+/// Routes a push from the subscriber connection.
+fn dispatch(channels: &Channels, commands: &mpsc::UnboundedSender<Command>, push: PushInfo) {
+    match push.kind {
+        PushKind::Message => {
+            if let Some(Value::BulkString(name)) = push.data.first()
+                && let Some(channel) = std::str::from_utf8(name)
+                    .ok()
+                    .and_then(|name| channels.get(name))
+            {
+                tracing::trace!(channel = %channel.name, "release message");
+                channel.notify.notify_one();
+            }
+        }
+        PushKind::Disconnection => {
+            tracing::debug!("subscriber connection dropped");
+            for channel in channels.all() {
+                channel.ready.send_replace(Readiness::Failed);
+            }
+            let _ = commands.send(Command::Resubscribe);
+        }
+        _ => {}
+    }
+}
+
+/// The task that owns the subscriber connection.
+async fn subscriber(
+    mut conn: ConnectionManager,
+    mut commands: mpsc::UnboundedReceiver<Command>,
+    channels: Arc<Channels>,
+    shutdown: CancellationToken,
+) {
+    let mut batch = Vec::new();
+    loop {
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            received = commands.recv_many(&mut batch, 256) => {
+                if received == 0 {
+                    return;
+                }
+            }
+        }
+        let mut pending = std::mem::take(&mut batch).into_iter().peekable();
+        while let Some(command) = pending.next() {
+            match command {
+                Command::Subscribe(first) => {
+                    // Consecutive subscriptions go out as one SUBSCRIBE.
+                    let mut group = vec![first];
+                    while let Some(Command::Subscribe(_)) = pending.peek() {
+                        if let Some(Command::Subscribe(next)) = pending.next() {
+                            group.push(next);
+                        }
+                    }
+                    let names: Vec<&str> = group.iter().map(|c| c.name.as_str()).collect();
+                    let outcome = conn.subscribe(&names).await;
+                    let readiness = match &outcome {
+                        Ok(()) => Readiness::Subscribed,
+                        Err(err) => {
+                            tracing::warn!(error = %err, "subscribing to release channels failed");
+                            Readiness::Failed
+                        }
+                    };
+                    for channel in group {
+                        channel.ready.send_replace(readiness);
+                    }
+                }
+                Command::Unsubscribe(name) => {
+                    if let Err(err) = conn.unsubscribe(&name).await {
+                        tracing::debug!(error = %err, channel = %name, "unsubscribe failed");
+                    }
+                }
+                Command::Resubscribe => resubscribe(&mut conn, &channels, &shutdown).await,
+            }
+        }
+    }
+}
+
+/// Subscribes again to every watched channel, retrying until the server is
+/// back, then wakes every waiter to look at its lock again.
+async fn resubscribe(conn: &mut ConnectionManager, channels: &Channels, shutdown: &CancellationToken) {
+    let mut delay = Duration::from_millis(20);
+    loop {
+        let all = channels.all();
+        let names: Vec<&str> = all.iter().map(|c| c.name.as_str()).collect();
+        let outcome = if names.is_empty() {
+            Ok(())
+        } else {
+            conn.subscribe(&names).await
+        };
+        match outcome {
+            Ok(()) => {
+                for channel in &all {
+                    channel.ready.send_replace(Readiness::Subscribed);
+                    channel.notify.notify_waiters();
+                }
+                tracing::debug!(channels = all.len(), "resubscribed after reconnect");
+                return;
+            }
+            Err(err) => {
+                tracing::debug!(error = %err, "resubscribe failed; retrying");
+                tokio::select! {
+                    _ = shutdown.cancelled() => return,
+                    _ = tokio::time::sleep(delay) => {}
+                }
+                delay = (delay * 2).min(Duration::from_secs(1));
+            }
+        }
+    }
+}

@@ -1,0 +1,433 @@
+//! The renewal registry: one background task per client keeps every held
+//! lock alive, many locks per round trip, and tells holders when a lock is lost.
+//!
+//! Each held lock has a *validity deadline*: the time its last confirmed
+//! renewal (or its acquisition) was **sent**, plus the lease, minus a drift
+//! margin. Redis started counting the lease no earlier than that send, so up
+//! to the deadline nobody else can hold the lock. When the deadline passes
+//! without a confirmed renewal (Redis paused, unreachable, or slow), the lock
+//! is declared lost right then, before Redis could hand it to someone else.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
+
+use tokio::sync::Notify;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use crate::error::LossReason;
+use crate::keys::LockKeys;
+use crate::scripts::Scripts;
+
+/// Locks renewed in one script call at most.
+const BATCH: usize = 1000;
+
+/// One lock held by one owner, shared by the owner's nested guards.
+#[derive(Debug)]
+pub(crate) struct Held {
+    pub(crate) name: String,
+    pub(crate) keys: LockKeys,
+    pub(crate) owner: Arc<str>,
+    pub(crate) fence: u64,
+    state: Mutex<Timing>,
+    lost: CancellationToken,
+    reason: OnceLock<LossReason>,
+}
+
+#[derive(Debug)]
+struct Timing {
+    lease: Duration,
+    drift: Duration,
+    /// Until when the lock is surely ours.
+    valid_until: Instant,
+    /// When the next renewal is due.
+    renew_at: Instant,
+    /// A renewal call for this lock has not answered yet.
+    in_flight: bool,
+    /// Guards alive for this lock (re-entry shares the entry).
+    guards: usize,
+}
+
+impl Timing {
+    /// Records an acquisition or renewal sent at `sent` and confirmed.
+    fn confirm(&mut self, sent: Instant) {
+        self.valid_until = self.valid_until.max(sent + self.lease - self.drift);
+        self.renew_at = sent + self.lease / 3;
+    }
+}
+
+impl Held {
+    /// Resolves once the lock is lost.
+    pub(crate) async fn lost(&self) {
+        self.lost.cancelled().await
+    }
+
+    /// A token cancelled when the lock is lost.
+    pub(crate) fn lost_token(&self) -> &CancellationToken {
+        &self.lost
+    }
+
+    /// Why the lock was lost, once it was.
+    pub(crate) fn loss(&self) -> Option<LossReason> {
+        self.reason.get().copied()
+    }
+
+    pub(crate) fn is_lost(&self) -> bool {
+        self.lost.is_cancelled()
+    }
+
+    /// Until when the lock is surely held, as far as this process knows.
+    pub(crate) fn valid_until(&self) -> Instant {
+        self.timing().valid_until
+    }
+
+    fn timing(&self) -> std::sync::MutexGuard<'_, Timing> {
+        // A panic while holding this lock cannot leave `Timing` inconsistent
+        // (every update is a plain field store), so poisoning is ignored.
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn declare_lost(&self, reason: LossReason) {
+        if self.reason.set(reason).is_ok() {
+            tracing::warn!(key = %self.name, fence = self.fence, %reason, "lock lost");
+            self.lost.cancel();
+        }
+    }
+}
+
+/// Every lock this client holds.
+#[derive(Debug, Default)]
+pub(crate) struct Registry {
+    held: Mutex<HashMap<(String, Arc<str>), Arc<Held>>>,
+    changed: Notify,
+}
+
+/// What a newly confirmed acquisition brings to the registry.
+pub(crate) struct Acquisition<'a> {
+    pub(crate) name: &'a str,
+    pub(crate) keys: &'a LockKeys,
+    pub(crate) owner: &'a Arc<str>,
+    pub(crate) fence: u64,
+    pub(crate) lease: Duration,
+    pub(crate) drift: Duration,
+    /// When the acquire script was sent.
+    pub(crate) sent: Instant,
+}
+
+impl Registry {
+    fn entries(&self) -> std::sync::MutexGuard<'_, HashMap<(String, Arc<str>), Arc<Held>>> {
+        // The map is only ever inserted into and removed from; a panic
+        // elsewhere while it was locked leaves it usable.
+        self.held.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Starts renewing a lock, or adds a guard to one this owner holds already.
+    pub(crate) fn hold(&self, acquired: Acquisition<'_>) -> Arc<Held> {
+        let id = (acquired.keys.lock.clone(), acquired.owner.clone());
+        let mut entries = self.entries();
+        if let Some(held) = entries.get(&id).filter(|held| !held.is_lost()) {
+            let mut timing = held.timing();
+            timing.guards += 1;
+            timing.lease = timing.lease.max(acquired.lease);
+            timing.drift = timing.drift.max(acquired.drift);
+            timing.confirm(acquired.sent);
+            return held.clone();
+        }
+        let held = Arc::new(Held {
+            name: acquired.name.to_owned(),
+            keys: acquired.keys.clone(),
+            owner: acquired.owner.clone(),
+            fence: acquired.fence,
+            state: Mutex::new(Timing {
+                lease: acquired.lease,
+                drift: acquired.drift,
+                valid_until: acquired.sent + acquired.lease - acquired.drift,
+                renew_at: acquired.sent + acquired.lease / 3,
+                in_flight: false,
+                guards: 1,
+            }),
+            lost: CancellationToken::new(),
+            reason: OnceLock::new(),
+        });
+        entries.insert(id, held.clone());
+        drop(entries);
+        self.changed.notify_one();
+        held
+    }
+
+    /// Drops one guard; the last one stops renewal. True when it was the last.
+    pub(crate) fn unhold(&self, held: &Arc<Held>) -> bool {
+        let mut entries = self.entries();
+        let last = {
+            let mut timing = held.timing();
+            timing.guards = timing.guards.saturating_sub(1);
+            timing.guards == 0
+        };
+        if last {
+            let id = (held.keys.lock.clone(), held.owner.clone());
+            if entries.get(&id).is_some_and(|h| Arc::ptr_eq(h, held)) {
+                entries.remove(&id);
+            }
+        }
+        last
+    }
+
+    /// Marks a lock lost and stops renewing it.
+    pub(crate) fn lose(&self, held: &Arc<Held>, reason: LossReason) {
+        let id = (held.keys.lock.clone(), held.owner.clone());
+        let mut entries = self.entries();
+        if entries.get(&id).is_some_and(|h| Arc::ptr_eq(h, held)) {
+            entries.remove(&id);
+        }
+        drop(entries);
+        held.declare_lost(reason);
+    }
+
+    /// Number of locks being renewed.
+    pub(crate) fn len(&self) -> usize {
+        self.entries().len()
+    }
+
+    /// One pass of the watchdog at `now`: declares overdue locks lost, takes
+    /// the locks due for renewal (and those due soon, so that they join the
+    /// same round trip), and says when the next pass is needed.
+    fn sweep(&self, now: Instant) -> (Vec<Arc<Held>>, Vec<Arc<Held>>, Option<Instant>) {
+        let mut overdue = Vec::new();
+        let mut due = Vec::new();
+        let mut next: Option<Instant> = None;
+        let mut entries = self.entries();
+        entries.retain(|_, held| {
+            let mut timing = held.timing();
+            if now >= timing.valid_until {
+                overdue.push(held.clone());
+                return false;
+            }
+            // Renew early by up to a sixth of the lease to batch locks whose
+            // renewals fall close together.
+            if !timing.in_flight && now + timing.lease / 6 >= timing.renew_at {
+                timing.in_flight = true;
+                due.push(held.clone());
+            }
+            let wake = if timing.in_flight {
+                timing.valid_until
+            } else {
+                timing.renew_at.min(timing.valid_until)
+            };
+            next = Some(next.map_or(wake, |n| n.min(wake)));
+            true
+        });
+        (overdue, due, next)
+    }
+}
+
+/// Runs the watchdog of one client until `shutdown` is cancelled (the client
+/// and every guard of it are gone).
+pub(crate) async fn run(registry: Arc<Registry>, scripts: Scripts, shutdown: CancellationToken) {
+    loop {
+        let (overdue, due, next) = registry.sweep(Instant::now());
+        for held in overdue {
+            held.declare_lost(LossReason::Expired);
+        }
+        for batch in due.chunks(BATCH) {
+            tokio::spawn(renew(registry.clone(), scripts.clone(), batch.to_vec()));
+        }
+        let changed = registry.changed.notified();
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            _ = changed => {}
+            _ = sleep_until(next) => {}
+        }
+    }
+}
+
+async fn sleep_until(deadline: Option<Instant>) {
+    match deadline {
+        Some(deadline) => tokio::time::sleep_until(deadline).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Renews one batch of locks in one script call and records the outcome.
+async fn renew(registry: Arc<Registry>, scripts: Scripts, batch: Vec<Arc<Held>>) {
+    let sent = Instant::now();
+    let (locks, earliest_deadline): (Vec<_>, Instant) = {
+        let mut earliest = sent + Duration::from_secs(3600);
+        let locks = batch
+            .iter()
+            .map(|held| {
+                let timing = held.timing();
+                earliest = earliest.min(timing.valid_until);
+                (held.keys.lock.as_str(), &*held.owner, timing.lease)
+            })
+            .collect();
+        (locks, earliest)
+    };
+    // An answer after the earliest deadline comes too late to save that lock;
+    // do not wait longer than that (the command timeout caps it too).
+    let timeout = earliest_deadline
+        .saturating_duration_since(sent)
+        .max(Duration::from_millis(1));
+    let outcome = scripts.renew(locks, timeout).await;
+    match outcome {
+        Ok(renewed) => {
+            tracing::debug!(locks = batch.len(), "renewed");
+            for (held, still_held) in batch.iter().zip(renewed) {
+                if still_held {
+                    let mut timing = held.timing();
+                    timing.confirm(sent);
+                    timing.in_flight = false;
+                } else {
+                    registry.lose(held, LossReason::NotHeld);
+                }
+            }
+        }
+        Err(err) => {
+            tracing::warn!(locks = batch.len(), error = %err, "renewal failed; retrying");
+            let now = Instant::now();
+            for held in &batch {
+                let mut timing = held.timing();
+                timing.in_flight = false;
+                timing.renew_at = now + retry_delay(timing.lease);
+            }
+        }
+    }
+    registry.changed.notify_one();
+}
+
+/// How soon a failed renewal is tried again.
+fn retry_delay(lease: Duration) -> Duration {
+    (lease / 20).min(Duration::from_millis(250))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn acquisition<'a>(
+        keys: &'a LockKeys,
+        owner: &'a Arc<str>,
+        lease: Duration,
+        sent: Instant,
+    ) -> Acquisition<'a> {
+        Acquisition {
+            name: "k",
+            keys,
+            owner,
+            fence: 7,
+            lease,
+            drift: Duration::from_millis(12),
+            sent,
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn renewal_falls_due_at_a_third_of_the_lease() {
+        let registry = Registry::default();
+        let keys = LockKeys::new("t:", "a");
+        let owner: Arc<str> = "o".into();
+        let start = Instant::now();
+        let lease = Duration::from_secs(3);
+        registry.hold(acquisition(&keys, &owner, lease, start));
+
+        let (overdue, due, next) = registry.sweep(start);
+        assert!(overdue.is_empty() && due.is_empty());
+        assert_eq!(next, Some(start + Duration::from_secs(1)));
+
+        let (_, due, next) = registry.sweep(start + Duration::from_secs(1));
+        assert_eq!(due.len(), 1);
+        // In flight: the next wake is the validity deadline.
+        assert_eq!(next, Some(start + lease - Duration::from_millis(12)));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn locks_due_soon_join_the_same_batch() {
+        let registry = Registry::default();
+        let owner: Arc<str> = "o".into();
+        let start = Instant::now();
+        let lease = Duration::from_secs(6);
+        let first = LockKeys::new("t:", "a");
+        let second = LockKeys::new("t:", "b");
+        let late = LockKeys::new("t:", "c");
+        registry.hold(acquisition(&first, &owner, lease, start));
+        registry.hold(acquisition(
+            &second,
+            &owner,
+            lease,
+            start + Duration::from_millis(900),
+        ));
+        registry.hold(acquisition(&late, &owner, lease, start + Duration::from_secs(2)));
+
+        let (_, due, _) = registry.sweep(start + Duration::from_secs(2));
+        let mut names: Vec<_> = due.iter().map(|h| h.keys.lock.clone()).collect();
+        names.sort();
+        assert_eq!(names, vec![first.lock, second.lock]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_lock_without_confirmed_renewal_is_lost_at_its_deadline() {
+        let registry = Registry::default();
+        let keys = LockKeys::new("t:", "a");
+        let owner: Arc<str> = "o".into();
+        let start = Instant::now();
+        let lease = Duration::from_secs(3);
+        let held = registry.hold(acquisition(&keys, &owner, lease, start));
+
+        let deadline = start + lease - Duration::from_millis(12);
+        let (overdue, _, _) = registry.sweep(deadline - Duration::from_millis(1));
+        assert!(overdue.is_empty());
+        let (overdue, _, next) = registry.sweep(deadline);
+        assert_eq!(overdue.len(), 1);
+        assert_eq!(next, None);
+        assert_eq!(registry.len(), 0);
+        overdue[0].declare_lost(LossReason::Expired);
+        assert!(held.is_lost());
+        assert_eq!(held.loss(), Some(LossReason::Expired));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_confirmed_renewal_moves_the_deadline_from_its_send_time() {
+        let registry = Registry::default();
+        let keys = LockKeys::new("t:", "a");
+        let owner: Arc<str> = "o".into();
+        let start = Instant::now();
+        let lease = Duration::from_secs(3);
+        let held = registry.hold(acquisition(&keys, &owner, lease, start));
+        let sent = start + Duration::from_secs(1);
+        held.timing().confirm(sent);
+        assert_eq!(held.valid_until(), sent + lease - Duration::from_millis(12));
+        assert_eq!(held.timing().renew_at, sent + Duration::from_secs(1));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn nested_guards_share_one_entry_until_the_last_is_gone() {
+        let registry = Registry::default();
+        let keys = LockKeys::new("t:", "a");
+        let owner: Arc<str> = "o".into();
+        let start = Instant::now();
+        let outer = registry.hold(acquisition(&keys, &owner, Duration::from_secs(3), start));
+        let inner = registry.hold(acquisition(&keys, &owner, Duration::from_secs(9), start));
+        assert!(Arc::ptr_eq(&outer, &inner));
+        assert_eq!(registry.len(), 1);
+        assert_eq!(outer.timing().lease, Duration::from_secs(9));
+        assert!(!registry.unhold(&inner));
+        assert_eq!(registry.len(), 1);
+        assert!(registry.unhold(&outer));
+        assert_eq!(registry.len(), 0);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_lost_entry_is_replaced_by_a_fresh_acquisition() {
+        let registry = Registry::default();
+        let keys = LockKeys::new("t:", "a");
+        let owner: Arc<str> = "o".into();
+        let start = Instant::now();
+        let old = registry.hold(acquisition(&keys, &owner, Duration::from_secs(3), start));
+        registry.lose(&old, LossReason::NotHeld);
+        let new = registry.hold(acquisition(&keys, &owner, Duration::from_secs(3), start));
+        assert!(!Arc::ptr_eq(&old, &new));
+        // The old guard going away does not stop the new lock's renewal.
+        registry.unhold(&old);
+        assert_eq!(registry.len(), 1);
+    }
+}
