@@ -58,6 +58,9 @@ mod error;
 mod guard;
 mod install;
 mod keys;
+#[doc(hidden)]
+#[path = "private.rs"]
+pub mod __private;
 mod request;
 mod scope;
 mod scripts;

@@ -1,0 +1,59 @@
+//! What `#[distributed_lock]` expands to calls. Not a public API: names and
+//! signatures here change with the macro crate, which `lock-runtime` pins.
+
+use std::time::Duration;
+
+pub use crate::client::LockClient;
+pub use crate::error::LockError;
+pub use crate::guard::LockGuard;
+pub use crate::install::installed;
+
+/// The client an attribute without `client = ...` uses.
+pub fn default_client() -> Result<LockClient, LockError> {
+    installed()
+}
+
+/// Takes the lock `key`, with the attribute's lease and wait where given
+/// and the client's defaults elsewhere.
+pub async fn acquire(
+    client: &LockClient,
+    key: String,
+    lease: Option<Duration>,
+    wait: Option<Duration>,
+) -> Result<LockGuard, LockError> {
+    let mut request = client.lock(key);
+    if let Some(lease) = lease {
+        request = request.lease(lease);
+    }
+    if let Some(wait) = wait {
+        request = request.wait(wait);
+    }
+    request.acquire().await
+}
+
+/// Runs a locked function's body as the lock's critical section and releases
+/// the lock after it.
+///
+/// The body is dropped at its next await point if the lock is lost, and the
+/// result is `Lost`; a release that finds the lock already gone also turns
+/// the result into `Lost`, since the body may have run unprotected at its
+/// end. A release that cannot reach Redis keeps the body's result: the lock
+/// then expires after its lease.
+pub async fn run<T, E, F>(guard: LockGuard, body: F) -> Result<T, E>
+where
+    F: Future<Output = Result<T, E>>,
+    E: From<LockError>,
+{
+    let result = match guard.scope(body).await {
+        Ok(result) => result,
+        Err(lost) => return Err(E::from(lost)),
+    };
+    match guard.release().await {
+        Ok(()) => result,
+        Err(err) if err.is_lost() => Err(E::from(err)),
+        Err(err) => {
+            tracing::warn!(error = %err, "release failed; the lock expires after its lease");
+            result
+        }
+    }
+}
