@@ -15,6 +15,10 @@ use crate::scope;
 use crate::scripts::{Acquired, Released};
 use crate::watchdog::Acquisition;
 
+/// First pause before retrying an acquire that failed to reach Redis; it
+/// doubles up to 500 ms.
+const RETRY_AFTER_ERROR: Duration = Duration::from_millis(25);
+
 /// How long a waiter sleeps between attempts while release messages cannot
 /// reach it (the pub/sub connection is down). Normal waiting does not poll.
 const FALLBACK_RETRY: Duration = Duration::from_millis(100);
@@ -84,15 +88,19 @@ impl LockRequest {
         }
         inner.config.check_lease(&self.name, self.lease)?;
         let keys = LockKeys::new(&inner.config.prefix, &self.name);
-        let owner = scope::owner_for(inner.id).unwrap_or_else(|| self.client.new_owner());
+        let scoped = scope::owner_for(inner.id);
+        let mut owner = scoped.clone().unwrap_or_else(|| self.client.new_owner());
         let started = Instant::now();
         let deadline = started + self.wait;
 
-        if let Some(guard) = self.attempt(&keys, &owner).await? {
-            return Ok(guard);
-        }
-        if self.wait.is_zero() {
-            return Err(self.timeout(started));
+        match self.attempt(&keys, &owner).await {
+            Ok(Ok(guard)) => return Ok(guard),
+            Ok(Err(_)) if self.wait.is_zero() => return Err(self.timeout(started)),
+            Ok(Err(_)) => {}
+            Err(err) if self.wait.is_zero() || !err.is_unavailable() || scoped.is_some() => {
+                return Err(err);
+            }
+            Err(_) => owner = self.abandon(&keys, owner),
         }
 
         tracing::debug!(wait = ?self.wait, "lock busy; waiting");
@@ -101,24 +109,37 @@ impl LockRequest {
             _ = watch.subscribed() => {}
             _ = tokio::time::sleep_until(deadline) => {}
         }
+        let mut backoff = RETRY_AFTER_ERROR;
+        let mut last_error: Option<LockError>;
         loop {
             // Register for the wake-up before trying, so that a release
             // between this attempt and the sleep below still wakes us.
             let mut released = pin!(watch.notify().notified());
             released.as_mut().enable();
-            let ttl = match self.attempt_or_busy(&keys, &owner).await? {
-                Ok(guard) => {
+            let now = Instant::now();
+            let mut wake = match self.attempt(&keys, &owner).await {
+                Ok(Ok(guard)) => {
                     tracing::debug!(waited = ?started.elapsed(), "acquired after waiting");
                     return Ok(guard);
                 }
-                Err(ttl) => ttl,
+                // Sleep until the holder's lease would run out at the latest.
+                Ok(Err(ttl)) => {
+                    last_error = None;
+                    ttl.map_or(deadline, |ttl| now + ttl + Duration::from_millis(1))
+                }
+                // Redis unreachable or slow: keep trying within the wait.
+                Err(err) if err.is_unavailable() && scoped.is_none() => {
+                    tracing::debug!(error = %err, "acquire failed; retrying");
+                    owner = self.abandon(&keys, owner);
+                    last_error = Some(err);
+                    backoff = (backoff * 2).min(Duration::from_millis(500));
+                    now + backoff
+                }
+                Err(err) => return Err(err),
             };
-            let now = Instant::now();
-            if now >= deadline {
-                return Err(self.timeout(started));
+            if Instant::now() >= deadline {
+                return Err(last_error.unwrap_or_else(|| self.timeout(started)));
             }
-            // Sleep until the holder's lease would run out at the latest.
-            let mut wake = ttl.map_or(deadline, |ttl| now + ttl + Duration::from_millis(1));
             if !watch.is_live() {
                 wake = wake.min(now + FALLBACK_RETRY);
             }
@@ -129,13 +150,8 @@ impl LockRequest {
         }
     }
 
-    /// One attempt; `None` when someone else holds the lock.
-    async fn attempt(&self, keys: &LockKeys, owner: &Arc<str>) -> Result<Option<LockGuard>, LockError> {
-        Ok(self.attempt_or_busy(keys, owner).await?.ok())
-    }
-
     /// One attempt: the guard, or the holder's remaining lease.
-    async fn attempt_or_busy(
+    async fn attempt(
         &self,
         keys: &LockKeys,
         owner: &Arc<str>,
@@ -145,9 +161,9 @@ impl LockRequest {
         let outcome = inner
             .scripts
             .acquire(&self.name, keys, owner, self.lease)
-            .await;
-        match outcome {
-            Ok(Acquired::Held { fence, count }) => {
+            .await?;
+        Ok(match outcome {
+            Acquired::Held { fence, count } => {
                 let held = inner.registry.hold(Acquisition {
                     name: &self.name,
                     keys,
@@ -158,28 +174,26 @@ impl LockRequest {
                     sent,
                 });
                 tracing::debug!(fence, depth = count, "acquired");
-                Ok(Ok(LockGuard::new(self.client.clone(), held)))
+                Ok(LockGuard::new(self.client.clone(), held))
             }
-            Ok(Acquired::Busy { ttl }) => Ok(Err(ttl)),
-            Err(err) => {
-                if err.is_unavailable() && scope::owner_for(inner.id).is_none() {
-                    self.abandon(keys, owner);
-                }
-                Err(err)
-            }
-        }
+            Acquired::Busy { ttl } => Err(ttl),
+        })
     }
 
-    /// The acquire may have taken effect even though its answer was lost;
-    /// an owner id used by nobody else can safely drop whatever it holds.
-    fn abandon(&self, keys: &LockKeys, owner: &Arc<str>) {
+    /// An acquire whose answer was lost may still have taken the lock. The
+    /// owner id it used belongs to no scope, so whatever it holds is dropped
+    /// (in the background; otherwise the lease runs out), and the next
+    /// attempt uses a new owner id, which the abandoned one cannot be
+    /// mistaken for.
+    fn abandon(&self, keys: &LockKeys, owner: Arc<str>) -> Arc<str> {
         let scripts = self.client.inner.scripts.clone();
-        let (name, keys, owner) = (self.name.clone(), keys.clone(), owner.clone());
+        let (name, keys) = (self.name.clone(), keys.clone());
         tokio::spawn(async move {
             if let Ok(Released::Free) = scripts.release(&name, &keys, &owner, true).await {
                 tracing::debug!(key = %name, "dropped a lock whose acquire answer was lost");
             }
         });
+        self.client.new_owner()
     }
 
     fn timeout(&self, started: Instant) -> LockError {

@@ -119,6 +119,11 @@ impl Scripts {
     ) -> Result<T, LockError> {
         let mut conn = self.conn.clone();
         match tokio::time::timeout(timeout, call.invoke_async(&mut conn)).await {
+            // The connection's own response timeout may fire first.
+            Ok(Err(err)) if err.is_timeout() => Err(LockError::CommandTimeout {
+                key: name.map(str::to_owned),
+                after: timeout,
+            }),
             Ok(result) => result.map_err(|err| LockError::from_redis(name, err)),
             Err(_) => Err(LockError::CommandTimeout {
                 key: name.map(str::to_owned),

@@ -1,0 +1,111 @@
+//! Bad days give clear errors in bounded time, never panics.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::{client, lock_key, ok};
+use lock_runtime::{LockClient, LockError};
+use lock_testkit::{RedisServer, free_port, unique_key};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unreachable_redis_fails_to_connect_in_bounded_time() {
+    let port = free_port();
+    let started = Instant::now();
+    let err = LockClient::builder(&format!("redis://127.0.0.1:{port}"))
+        .connect_timeout(Duration::from_millis(500))
+        .connect()
+        .await
+        .expect_err("nothing listens there");
+    assert!(err.is_unavailable(), "{err}");
+    assert!(started.elapsed() < Duration::from_secs(5), "{:?}", started.elapsed());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wrong_password_is_an_auth_error() {
+    let server = RedisServer::start_with(&["--requirepass", "right"]);
+    let url = format!("redis://:wrong@127.0.0.1:{}/", server.port());
+    let started = Instant::now();
+    let err = LockClient::connect(&url).await.expect_err("wrong password");
+    assert!(matches!(err, LockError::Auth { .. }), "{err:?}");
+    assert!(started.elapsed() < Duration::from_secs(10));
+
+    let missing = LockClient::connect(&server.url()).await.expect_err("no password");
+    assert!(matches!(missing, LockError::Auth { .. }), "{missing:?}");
+
+    let url = format!("redis://:right@127.0.0.1:{}/", server.port());
+    let locks = LockClient::connect(&url).await.expect("right password");
+    let guard = ok(&server, locks.lock("with-auth").acquire().await);
+    ok(&server, guard.release().await);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_database_number_comes_from_the_url() {
+    let server = RedisServer::start();
+    let locks = LockClient::connect(&format!("{}3", server.url())).await.expect("connect");
+    let name = unique_key("db");
+    let guard = ok(&server, locks.lock(name.as_str()).acquire().await);
+    assert_eq!(server.cli(&["EXISTS", &lock_key(&name)]), "0", "not in db 0");
+    assert_eq!(server.cli(&["DBSIZE"]), "0");
+    ok(&server, guard.release().await);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lock_key_holding_a_string_is_a_wrong_type_error() {
+    let server = RedisServer::start();
+    let locks = client(&server).await;
+    let name = unique_key("string");
+    server.cli(&["SET", &lock_key(&name), "not a lock"]);
+    let err = locks
+        .lock(name.as_str())
+        .acquire()
+        .await
+        .expect_err("not a lock");
+    assert!(matches!(err, LockError::WrongType { .. }), "{err:?}");
+    assert_eq!(err.key(), Some(name.as_str()));
+    assert!(err.to_string().contains(&name), "{err}");
+    assert_eq!(server.cli(&["GET", &lock_key(&name)]), "not a lock");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_read_only_replica_is_a_read_only_error() {
+    // A replica of a master that does not exist still refuses writes.
+    let replica = RedisServer::start_with(&["--replicaof", "127.0.0.1", &free_port().to_string()]);
+    let locks = client(&replica).await;
+    let err = locks.lock("on-replica").acquire().await.expect_err("read-only");
+    assert!(matches!(err, LockError::ReadOnly { .. }), "{err:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paused_server_makes_acquire_time_out_not_hang() {
+    let server = RedisServer::start();
+    let locks = client(&server).await;
+    server.pause();
+    // Trying once: fails after the 500 ms command timeout.
+    let started = Instant::now();
+    let once = locks.lock("paused").wait(Duration::ZERO).acquire().await;
+    assert!(matches!(once, Err(LockError::CommandTimeout { .. })), "{once:?}");
+    assert!(started.elapsed() < Duration::from_secs(2), "{:?}", started.elapsed());
+    // Waiting: keeps trying for the wait, then reports why it failed.
+    let started = Instant::now();
+    let waited = locks.lock("paused").wait(Duration::from_secs(1)).acquire().await;
+    server.resume();
+    assert!(matches!(waited, Err(LockError::CommandTimeout { .. })), "{waited:?}");
+    assert!(started.elapsed() < Duration::from_secs(4), "{:?}", started.elapsed());
+    // Once the server answers again, so does the client.
+    let guard = ok(&server, locks.lock("paused").wait(Duration::from_secs(5)).acquire().await);
+    ok(&server, guard.release().await);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_names_and_settings_are_config_errors() {
+    let server = RedisServer::start();
+    let locks = client(&server).await;
+    assert!(matches!(locks.lock("").acquire().await, Err(LockError::Config(_))));
+    let short = locks.lock("k").lease(Duration::from_millis(10)).acquire().await;
+    assert!(matches!(short, Err(LockError::Config(_))));
+    let braces = LockClient::builder(&server.url()).prefix("a{b}").connect().await;
+    assert!(matches!(braces, Err(LockError::Config(_))));
+    let url = LockClient::connect("http://nope").await;
+    assert!(matches!(url, Err(LockError::Config(_))), "{url:?}");
+}

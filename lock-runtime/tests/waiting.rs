@@ -1,0 +1,118 @@
+//! Waiting: timeouts, try-once, and prompt handoff through pub/sub.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::{client, ok, within};
+use lock_testkit::{RedisServer, unique_key};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wait_times_out_after_about_the_wait() {
+    let server = RedisServer::start();
+    let holder = client(&server).await;
+    let waiter = client(&server).await;
+    let name = unique_key("timeout");
+    let guard = ok(&server, holder.lock(name.as_str()).acquire().await);
+
+    let started = Instant::now();
+    let err = waiter
+        .lock(name.as_str())
+        .wait(Duration::from_millis(700))
+        .acquire()
+        .await
+        .expect_err("held by another client");
+    let waited = started.elapsed();
+    assert!(err.is_timeout(), "{err}");
+    assert_eq!(err.key(), Some(name.as_str()));
+    assert!(waited >= Duration::from_millis(700), "gave up early: {waited:?}");
+    assert!(waited < Duration::from_secs(3), "overslept: {waited:?}");
+    ok(&server, guard.release().await);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wait_zero_tries_once() {
+    let server = RedisServer::start();
+    let holder = client(&server).await;
+    let waiter = client(&server).await;
+    let name = unique_key("try-once");
+    let guard = ok(&server, holder.lock(name.as_str()).acquire().await);
+
+    let started = Instant::now();
+    let err = waiter
+        .lock(name.as_str())
+        .wait(Duration::ZERO)
+        .acquire()
+        .await
+        .expect_err("held");
+    assert!(err.is_timeout());
+    assert!(started.elapsed() < Duration::from_secs(1));
+    ok(&server, guard.release().await);
+    let free = ok(&server, waiter.lock(name.as_str()).wait(Duration::ZERO).acquire().await);
+    ok(&server, free.release().await);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_takes_over_right_after_a_release_despite_a_long_lease() {
+    let server = RedisServer::start();
+    let holder = client(&server).await;
+    let waiter = client(&server).await;
+    let name = unique_key("handoff");
+    let lease = Duration::from_secs(30);
+
+    for _ in 0..5 {
+        let guard = ok(&server, holder.lock(name.as_str()).lease(lease).acquire().await);
+        let waiting = {
+            let waiter = waiter.clone();
+            let name = name.clone();
+            tokio::spawn(async move {
+                let guard = waiter
+                    .lock(name)
+                    .lease(lease)
+                    .wait(Duration::from_secs(20))
+                    .acquire()
+                    .await;
+                (Instant::now(), guard)
+            })
+        };
+        // Let the waiter fail once and go to sleep on the release channel.
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert!(!waiting.is_finished());
+        let released_at = Instant::now();
+        ok(&server, guard.release().await);
+        let (acquired_at, taken) = within(&server, Duration::from_secs(10), "handoff", waiting)
+            .await
+            .unwrap();
+        let handoff = acquired_at - released_at;
+        // Woken by the release message, not by the 30 s lease running out.
+        assert!(handoff < Duration::from_secs(1), "handoff took {handoff:?}");
+        ok(&server, ok(&server, taken).release().await);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn many_waiters_in_one_process_all_get_their_turn() {
+    let server = RedisServer::start();
+    let holder = client(&server).await;
+    let waiters = client(&server).await;
+    let name = unique_key("queue");
+    let guard = ok(&server, holder.lock(name.as_str()).lease(Duration::from_secs(30)).acquire().await);
+    let tasks: Vec<_> = (0..8)
+        .map(|_| {
+            let (locks, name) = (waiters.clone(), name.clone());
+            tokio::spawn(async move {
+                let guard = locks.lock(name).wait(Duration::from_secs(20)).acquire().await?;
+                tokio::time::sleep(Duration::from_millis(5)).await;
+                guard.release().await
+            })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    ok(&server, guard.release().await);
+    within(&server, Duration::from_secs(10), "eight handoffs", async {
+        for task in tasks {
+            ok(&server, task.await.unwrap());
+        }
+    })
+    .await;
+}
