@@ -150,7 +150,9 @@ impl LockClientBuilder {
             )));
         }
         if config.connect_timeout.is_zero() || config.command_timeout.is_zero() {
-            return Err(LockError::Config("timeouts must be longer than zero".into()));
+            return Err(LockError::Config(
+                "timeouts must be longer than zero".into(),
+            ));
         }
         config.check_lease("(default)", config.default_lease)?;
         LockClient::open(self.url, self.config).await

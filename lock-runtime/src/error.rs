@@ -37,7 +37,9 @@ pub enum LockError {
         reason: LossReason,
     },
     /// No default client was installed with [`install`](crate::install).
-    #[error("no lock client installed: call lock_runtime::install(client) first, or name one with `client = ...`")]
+    #[error(
+        "no lock client installed: call lock_runtime::install(client) first, or name one with `client = ...`"
+    )]
     NotInstalled,
     /// The lock key exists in Redis but is not a lock (for example a string).
     #[error("key `{key}` holds a value that is not a lock (WRONGTYPE): {source}")]

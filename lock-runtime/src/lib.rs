@@ -52,15 +52,15 @@
 //! with the lock's key.
 #![warn(missing_docs)]
 
+#[doc(hidden)]
+#[path = "private.rs"]
+pub mod __private;
 mod client;
 mod config;
 mod error;
 mod guard;
 mod install;
 mod keys;
-#[doc(hidden)]
-#[path = "private.rs"]
-pub mod __private;
 mod request;
 mod scope;
 mod scripts;
@@ -74,3 +74,8 @@ pub use guard::LockGuard;
 pub use install::{install, installed};
 pub use request::LockRequest;
 pub use scope::{CurrentLock, current};
+
+/// The README's examples, compiled as doctests so that it stays true.
+#[doc = include_str!("../../README.md")]
+#[cfg(doctest)]
+pub struct ReadmeDoctests;

@@ -63,7 +63,8 @@ impl Scripts {
             .key(&keys.fence)
             .arg(owner)
             .arg(millis(lease));
-        let (held, value, count): (i64, i64, i64) = self.run(Some(name), &call, self.timeout).await?;
+        let (held, value, count): (i64, i64, i64) =
+            self.run(Some(name), &call, self.timeout).await?;
         Ok(if held == 1 {
             Acquired::Held {
                 fence: value as u64,

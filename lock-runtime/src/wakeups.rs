@@ -104,8 +104,8 @@ impl Wakeups {
                 Ok::<(), redis::aio::SendError>(())
             }
         };
-        let conn = ConnectionManager::new_with_config(client, config.set_push_sender(on_push))
-            .await?;
+        let conn =
+            ConnectionManager::new_with_config(client, config.set_push_sender(on_push)).await?;
         tokio::spawn(subscriber(conn, receiver, channels.clone(), shutdown));
         Ok(Wakeups { channels, commands })
     }
@@ -266,7 +266,11 @@ async fn subscriber(
 
 /// Subscribes again to every watched channel, retrying until the server is
 /// back, then wakes every waiter to look at its lock again.
-async fn resubscribe(conn: &mut ConnectionManager, channels: &Channels, shutdown: &CancellationToken) {
+async fn resubscribe(
+    conn: &mut ConnectionManager,
+    channels: &Channels,
+    shutdown: &CancellationToken,
+) {
     let mut delay = Duration::from_millis(20);
     loop {
         let all = channels.all();

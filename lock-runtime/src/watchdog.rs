@@ -96,10 +96,13 @@ impl Held {
     }
 }
 
+/// Held locks by (lock key, owner id).
+type HeldMap = HashMap<(String, Arc<str>), Arc<Held>>;
+
 /// Every lock this client holds.
 #[derive(Debug, Default)]
 pub(crate) struct Registry {
-    held: Mutex<HashMap<(String, Arc<str>), Arc<Held>>>,
+    held: Mutex<HeldMap>,
     changed: Notify,
 }
 
@@ -116,7 +119,7 @@ pub(crate) struct Acquisition<'a> {
 }
 
 impl Registry {
-    fn entries(&self) -> std::sync::MutexGuard<'_, HashMap<(String, Arc<str>), Arc<Held>>> {
+    fn entries(&self) -> std::sync::MutexGuard<'_, HeldMap> {
         // The map is only ever inserted into and removed from; a panic
         // elsewhere while it was locked leaves it usable.
         self.held.lock().unwrap_or_else(|e| e.into_inner())
@@ -274,6 +277,7 @@ async fn renew(registry: Arc<Registry>, scripts: Scripts, batch: Vec<Arc<Held>>)
             tracing::debug!(locks = batch.len(), "renewed");
             for (held, still_held) in batch.iter().zip(renewed) {
                 if still_held {
+                    tracing::trace!(key = %held.name, fence = held.fence, "renewed");
                     let mut timing = held.timing();
                     timing.confirm(sent);
                     timing.in_flight = false;
@@ -356,7 +360,12 @@ mod tests {
             lease,
             start + Duration::from_millis(900),
         ));
-        registry.hold(acquisition(&late, &owner, lease, start + Duration::from_secs(2)));
+        registry.hold(acquisition(
+            &late,
+            &owner,
+            lease,
+            start + Duration::from_secs(2),
+        ));
 
         let (_, due, _) = registry.sweep(start + Duration::from_secs(2));
         let mut names: Vec<_> = due.iter().map(|h| h.keys.lock.clone()).collect();

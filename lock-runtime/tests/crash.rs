@@ -20,7 +20,9 @@ async fn holder_process() {
     let (Ok(url), Ok(name)) = (std::env::var(URL), std::env::var(NAME)) else {
         return;
     };
-    let locks = lock_runtime::LockClient::connect(&url).await.expect("connect");
+    let locks = lock_runtime::LockClient::connect(&url)
+        .await
+        .expect("connect");
     let guard = locks
         .lock(name)
         .lease(Duration::from_secs(2))
@@ -55,7 +57,11 @@ async fn a_killed_holder_frees_the_lock_within_one_lease() {
     // Renewed while alive: still held after more than a lease.
     let locks = client(&server).await;
     tokio::time::sleep(Duration::from_millis(2500)).await;
-    let attempt = locks.lock(name.as_str()).wait(Duration::ZERO).acquire().await;
+    let attempt = locks
+        .lock(name.as_str())
+        .wait(Duration::ZERO)
+        .acquire()
+        .await;
     assert!(attempt.expect_err("holder alive").is_timeout());
 
     child.kill().expect("SIGKILL holder");
@@ -63,10 +69,17 @@ async fn a_killed_holder_frees_the_lock_within_one_lease() {
     let killed_at = Instant::now();
     let guard = ok(
         &server,
-        locks.lock(name.as_str()).wait(Duration::from_secs(10)).acquire().await,
+        locks
+            .lock(name.as_str())
+            .wait(Duration::from_secs(10))
+            .acquire()
+            .await,
     );
     let freed_after = killed_at.elapsed();
-    assert!(freed_after <= Duration::from_millis(2000 + 500), "{freed_after:?}");
+    assert!(
+        freed_after <= Duration::from_millis(2000 + 500),
+        "{freed_after:?}"
+    );
     assert!(guard.fence() > child_fence);
     ok(&server, guard.release().await);
 }

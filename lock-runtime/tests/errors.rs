@@ -18,7 +18,11 @@ async fn unreachable_redis_fails_to_connect_in_bounded_time() {
         .await
         .expect_err("nothing listens there");
     assert!(err.is_unavailable(), "{err}");
-    assert!(started.elapsed() < Duration::from_secs(5), "{:?}", started.elapsed());
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        started.elapsed()
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -30,7 +34,9 @@ async fn a_wrong_password_is_an_auth_error() {
     assert!(matches!(err, LockError::Auth { .. }), "{err:?}");
     assert!(started.elapsed() < Duration::from_secs(10));
 
-    let missing = LockClient::connect(&server.url()).await.expect_err("no password");
+    let missing = LockClient::connect(&server.url())
+        .await
+        .expect_err("no password");
     assert!(matches!(missing, LockError::Auth { .. }), "{missing:?}");
 
     let url = format!("redis://:right@127.0.0.1:{}/", server.port());
@@ -42,10 +48,16 @@ async fn a_wrong_password_is_an_auth_error() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_database_number_comes_from_the_url() {
     let server = RedisServer::start();
-    let locks = LockClient::connect(&format!("{}3", server.url())).await.expect("connect");
+    let locks = LockClient::connect(&format!("{}3", server.url()))
+        .await
+        .expect("connect");
     let name = unique_key("db");
     let guard = ok(&server, locks.lock(name.as_str()).acquire().await);
-    assert_eq!(server.cli(&["EXISTS", &lock_key(&name)]), "0", "not in db 0");
+    assert_eq!(
+        server.cli(&["EXISTS", &lock_key(&name)]),
+        "0",
+        "not in db 0"
+    );
     assert_eq!(server.cli(&["DBSIZE"]), "0");
     ok(&server, guard.release().await);
 }
@@ -72,7 +84,11 @@ async fn a_read_only_replica_is_a_read_only_error() {
     // A replica of a master that does not exist still refuses writes.
     let replica = RedisServer::start_with(&["--replicaof", "127.0.0.1", &free_port().to_string()]);
     let locks = client(&replica).await;
-    let err = locks.lock("on-replica").acquire().await.expect_err("read-only");
+    let err = locks
+        .lock("on-replica")
+        .acquire()
+        .await
+        .expect_err("read-only");
     assert!(matches!(err, LockError::ReadOnly { .. }), "{err:?}");
 }
 
@@ -84,16 +100,41 @@ async fn a_paused_server_makes_acquire_time_out_not_hang() {
     // Trying once: fails after the 500 ms command timeout.
     let started = Instant::now();
     let once = locks.lock("paused").wait(Duration::ZERO).acquire().await;
-    assert!(matches!(once, Err(LockError::CommandTimeout { .. })), "{once:?}");
-    assert!(started.elapsed() < Duration::from_secs(2), "{:?}", started.elapsed());
+    assert!(
+        matches!(once, Err(LockError::CommandTimeout { .. })),
+        "{once:?}"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        started.elapsed()
+    );
     // Waiting: keeps trying for the wait, then reports why it failed.
     let started = Instant::now();
-    let waited = locks.lock("paused").wait(Duration::from_secs(1)).acquire().await;
+    let waited = locks
+        .lock("paused")
+        .wait(Duration::from_secs(1))
+        .acquire()
+        .await;
     server.resume();
-    assert!(matches!(waited, Err(LockError::CommandTimeout { .. })), "{waited:?}");
-    assert!(started.elapsed() < Duration::from_secs(4), "{:?}", started.elapsed());
+    assert!(
+        matches!(waited, Err(LockError::CommandTimeout { .. })),
+        "{waited:?}"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(4),
+        "{:?}",
+        started.elapsed()
+    );
     // Once the server answers again, so does the client.
-    let guard = ok(&server, locks.lock("paused").wait(Duration::from_secs(5)).acquire().await);
+    let guard = ok(
+        &server,
+        locks
+            .lock("paused")
+            .wait(Duration::from_secs(5))
+            .acquire()
+            .await,
+    );
     ok(&server, guard.release().await);
 }
 
@@ -101,10 +142,20 @@ async fn a_paused_server_makes_acquire_time_out_not_hang() {
 async fn bad_names_and_settings_are_config_errors() {
     let server = RedisServer::start();
     let locks = client(&server).await;
-    assert!(matches!(locks.lock("").acquire().await, Err(LockError::Config(_))));
-    let short = locks.lock("k").lease(Duration::from_millis(10)).acquire().await;
+    assert!(matches!(
+        locks.lock("").acquire().await,
+        Err(LockError::Config(_))
+    ));
+    let short = locks
+        .lock("k")
+        .lease(Duration::from_millis(10))
+        .acquire()
+        .await;
     assert!(matches!(short, Err(LockError::Config(_))));
-    let braces = LockClient::builder(&server.url()).prefix("a{b}").connect().await;
+    let braces = LockClient::builder(&server.url())
+        .prefix("a{b}")
+        .connect()
+        .await;
     assert!(matches!(braces, Err(LockError::Config(_))));
     let url = LockClient::connect("http://nope").await;
     assert!(matches!(url, Err(LockError::Config(_))), "{url:?}");

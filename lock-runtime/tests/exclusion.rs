@@ -78,7 +78,10 @@ async fn fencing_counters_stay_bounded_over_many_lock_names() {
             let name = format!("{{tenant:1}}:order:{id}");
             let guard = ok(&server, locks.lock(name.as_str()).acquire().await);
             if round == 1 {
-                assert!(guard.fence() > last_fence[&id], "token went backwards for {name}");
+                assert!(
+                    guard.fence() > last_fence[&id],
+                    "token went backwards for {name}"
+                );
             }
             last_fence.insert(id, guard.fence());
             ok(&server, guard.release().await);

@@ -25,7 +25,10 @@ async fn a_wait_times_out_after_about_the_wait() {
     let waited = started.elapsed();
     assert!(err.is_timeout(), "{err}");
     assert_eq!(err.key(), Some(name.as_str()));
-    assert!(waited >= Duration::from_millis(700), "gave up early: {waited:?}");
+    assert!(
+        waited >= Duration::from_millis(700),
+        "gave up early: {waited:?}"
+    );
     assert!(waited < Duration::from_secs(3), "overslept: {waited:?}");
     ok(&server, guard.release().await);
 }
@@ -48,7 +51,14 @@ async fn wait_zero_tries_once() {
     assert!(err.is_timeout());
     assert!(started.elapsed() < Duration::from_secs(1));
     ok(&server, guard.release().await);
-    let free = ok(&server, waiter.lock(name.as_str()).wait(Duration::ZERO).acquire().await);
+    let free = ok(
+        &server,
+        waiter
+            .lock(name.as_str())
+            .wait(Duration::ZERO)
+            .acquire()
+            .await,
+    );
     ok(&server, free.release().await);
 }
 
@@ -61,7 +71,10 @@ async fn a_waiter_takes_over_right_after_a_release_despite_a_long_lease() {
     let lease = Duration::from_secs(30);
 
     for _ in 0..5 {
-        let guard = ok(&server, holder.lock(name.as_str()).lease(lease).acquire().await);
+        let guard = ok(
+            &server,
+            holder.lock(name.as_str()).lease(lease).acquire().await,
+        );
         let waiting = {
             let waiter = waiter.clone();
             let name = name.clone();
@@ -96,12 +109,23 @@ async fn many_waiters_in_one_process_all_get_their_turn() {
     let holder = client(&server).await;
     let waiters = client(&server).await;
     let name = unique_key("queue");
-    let guard = ok(&server, holder.lock(name.as_str()).lease(Duration::from_secs(30)).acquire().await);
+    let guard = ok(
+        &server,
+        holder
+            .lock(name.as_str())
+            .lease(Duration::from_secs(30))
+            .acquire()
+            .await,
+    );
     let tasks: Vec<_> = (0..8)
         .map(|_| {
             let (locks, name) = (waiters.clone(), name.clone());
             tokio::spawn(async move {
-                let guard = locks.lock(name).wait(Duration::from_secs(20)).acquire().await?;
+                let guard = locks
+                    .lock(name)
+                    .wait(Duration::from_secs(20))
+                    .acquire()
+                    .await?;
                 tokio::time::sleep(Duration::from_millis(5)).await;
                 guard.release().await
             })

@@ -14,11 +14,22 @@ async fn renewal_keeps_a_short_lease_held_for_several_leases() {
     let holder = client(&server).await;
     let other = client(&server).await;
     let name = unique_key("renew");
-    let guard = ok(&server, holder.lock(name.as_str()).lease(Duration::from_secs(1)).acquire().await);
+    let guard = ok(
+        &server,
+        holder
+            .lock(name.as_str())
+            .lease(Duration::from_secs(1))
+            .acquire()
+            .await,
+    );
 
     let started = Instant::now();
     while started.elapsed() < Duration::from_millis(3500) {
-        let attempt = other.lock(name.as_str()).wait(Duration::ZERO).acquire().await;
+        let attempt = other
+            .lock(name.as_str())
+            .wait(Duration::ZERO)
+            .acquire()
+            .await;
         assert!(attempt.expect_err("still held").is_timeout());
         let pttl: i64 = server.cli(&["PTTL", &lock_key(&name)]).parse().unwrap();
         assert!(pttl > 0, "lease ran out while held");
@@ -34,17 +45,29 @@ async fn deleting_the_key_is_noticed_within_about_a_third_of_the_lease() {
     let holder = client(&server).await;
     let name = unique_key("deleted");
     let lease = Duration::from_millis(1500);
-    let guard = ok(&server, holder.lock(name.as_str()).lease(lease).acquire().await);
+    let guard = ok(
+        &server,
+        holder.lock(name.as_str()).lease(lease).acquire().await,
+    );
 
     assert_eq!(server.cli(&["DEL", &lock_key(&name)]), "1");
     let deleted_at = Instant::now();
     within(&server, lease, "lost() after DEL", guard.lost()).await;
     let noticed = deleted_at.elapsed();
     // Renewal runs every lease/3; allow scheduling slack on top.
-    assert!(noticed <= lease / 3 + Duration::from_millis(300), "{noticed:?}");
+    assert!(
+        noticed <= lease / 3 + Duration::from_millis(300),
+        "{noticed:?}"
+    );
     let err = guard.release().await.expect_err("lost");
     assert!(err.is_lost(), "{err}");
-    assert!(matches!(err, lock_runtime::LockError::Lost { reason: LossReason::NotHeld, .. }));
+    assert!(matches!(
+        err,
+        lock_runtime::LockError::Lost {
+            reason: LossReason::NotHeld,
+            ..
+        }
+    ));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -52,16 +75,31 @@ async fn a_stolen_lock_is_lost_and_the_body_stops() {
     let server = RedisServer::start();
     let holder = client(&server).await;
     let name = unique_key("stolen");
-    let guard = ok(&server, holder.lock(name.as_str()).lease(Duration::from_secs(1)).acquire().await);
+    let guard = ok(
+        &server,
+        holder
+            .lock(name.as_str())
+            .lease(Duration::from_secs(1))
+            .acquire()
+            .await,
+    );
     server.cli(&["HSET", &lock_key(&name), "owner", "somebody-else"]);
-    let outcome = within(&server, Duration::from_secs(5), "scope", guard.scope(async {
-        tokio::time::sleep(Duration::from_secs(60)).await;
-    }))
+    let outcome = within(
+        &server,
+        Duration::from_secs(5),
+        "scope",
+        guard.scope(async {
+            tokio::time::sleep(Duration::from_secs(60)).await;
+        }),
+    )
     .await;
     assert!(outcome.expect_err("body must be stopped").is_lost());
     // Releasing does not touch the other owner's lock.
     assert!(guard.release().await.expect_err("lost").is_lost());
-    assert_eq!(server.cli(&["HGET", &lock_key(&name), "owner"]), "somebody-else");
+    assert_eq!(
+        server.cli(&["HGET", &lock_key(&name), "owner"]),
+        "somebody-else"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -75,7 +113,10 @@ async fn a_paused_server_means_loss_before_the_lease_runs_out() {
         .expect("connect");
     let name = unique_key("paused");
     let lease = Duration::from_secs(3);
-    let guard = ok(&server, holder.lock(name.as_str()).lease(lease).acquire().await);
+    let guard = ok(
+        &server,
+        holder.lock(name.as_str()).lease(lease).acquire().await,
+    );
     tokio::time::sleep(Duration::from_millis(300)).await;
 
     server.pause();
@@ -83,10 +124,16 @@ async fn a_paused_server_means_loss_before_the_lease_runs_out() {
     server.resume();
     // The key is still in Redis: the holder was told before its lease ran out.
     let pttl: i64 = server.cli(&["PTTL", &lock_key(&name)]).parse().unwrap();
-    assert!(pttl > 0, "lease ran out before the holder was told (pttl {pttl})");
+    assert!(
+        pttl > 0,
+        "lease ran out before the holder was told (pttl {pttl})"
+    );
     assert!(matches!(
         guard.lost_error(),
-        lock_runtime::LockError::Lost { reason: LossReason::Expired, .. }
+        lock_runtime::LockError::Lost {
+            reason: LossReason::Expired,
+            ..
+        }
     ));
     drop(guard);
 }
@@ -97,24 +144,47 @@ async fn a_restarted_server_means_loss_and_the_client_recovers() {
     let holder = client(&server).await;
     let waiter = client(&server).await;
     let name = unique_key("restart");
-    let guard = ok(&server, holder.lock(name.as_str()).lease(Duration::from_secs(2)).acquire().await);
+    let guard = ok(
+        &server,
+        holder
+            .lock(name.as_str())
+            .lease(Duration::from_secs(2))
+            .acquire()
+            .await,
+    );
 
     server.restart();
-    within(&server, Duration::from_secs(5), "lost() after restart", guard.lost()).await;
+    within(
+        &server,
+        Duration::from_secs(5),
+        "lost() after restart",
+        guard.lost(),
+    )
+    .await;
     drop(guard);
 
     // The same client works again once the server is back.
-    let again = within(&server, Duration::from_secs(10), "acquire after restart", async {
-        loop {
-            match holder.lock(name.as_str()).wait(Duration::from_secs(1)).acquire().await {
-                Ok(guard) => return guard,
-                Err(err) if err.is_unavailable() => {
-                    tokio::time::sleep(Duration::from_millis(50)).await
+    let again = within(
+        &server,
+        Duration::from_secs(10),
+        "acquire after restart",
+        async {
+            loop {
+                match holder
+                    .lock(name.as_str())
+                    .wait(Duration::from_secs(1))
+                    .acquire()
+                    .await
+                {
+                    Ok(guard) => return guard,
+                    Err(err) if err.is_unavailable() => {
+                        tokio::time::sleep(Duration::from_millis(50)).await
+                    }
+                    Err(err) => panic!("{err}"),
                 }
-                Err(err) => panic!("{err}"),
             }
-        }
-    })
+        },
+    )
     .await;
     assert!(!again.is_lost());
     // A client connected before the restart still wakes on release: its

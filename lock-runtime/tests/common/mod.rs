@@ -32,7 +32,10 @@ pub async fn within<T>(
 ) -> T {
     match tokio::time::timeout(limit, fut).await {
         Ok(out) => out,
-        Err(_) => panic!("{what} took longer than {limit:?}\nserver log:\n{}", server.log()),
+        Err(_) => panic!(
+            "{what} took longer than {limit:?}\nserver log:\n{}",
+            server.log()
+        ),
     }
 }
 
