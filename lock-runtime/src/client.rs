@@ -70,6 +70,22 @@ impl fmt::Debug for LockClient {
     }
 }
 
+/// A redis-rs client for `info`, trusting the configured TLS roots if any.
+fn redis_client(info: redis::ConnectionInfo, config: &Config) -> Result<redis::Client, LockError> {
+    let client = match &config.tls_roots {
+        #[cfg(feature = "tls")]
+        Some(roots) => redis::Client::build_with_tls(
+            info,
+            redis::TlsCertificates {
+                client_tls: None,
+                root_cert: Some(roots.clone()),
+            },
+        ),
+        _ => redis::Client::open(info),
+    };
+    client.map_err(|err| LockError::from_redis(None, err))
+}
+
 impl LockClient {
     /// Connects with default settings to a `redis://` or `rediss://` URL;
     /// user name, password and database number come from the URL
@@ -100,9 +116,8 @@ impl LockClient {
         let subscriber_info = info
             .clone()
             .set_redis_settings(redis_settings.set_protocol(ProtocolVersion::RESP3));
-        let client = redis::Client::open(info).map_err(|err| LockError::from_redis(None, err))?;
-        let subscriber_client =
-            redis::Client::open(subscriber_info).map_err(|err| LockError::from_redis(None, err))?;
+        let client = redis_client(info, &config)?;
+        let subscriber_client = redis_client(subscriber_info, &config)?;
 
         let manager_config = ConnectionManagerConfig::new()
             .set_connection_timeout(Some(config.connect_timeout))

@@ -18,6 +18,8 @@ pub(crate) struct Config {
     pub(crate) drift: Option<Duration>,
     pub(crate) connect_timeout: Duration,
     pub(crate) command_timeout: Duration,
+    /// PEM root certificates trusted for `rediss://` instead of the system's.
+    pub(crate) tls_roots: Option<Vec<u8>>,
 }
 
 impl Default for Config {
@@ -29,6 +31,7 @@ impl Default for Config {
             drift: None,
             connect_timeout: Duration::from_secs(5),
             command_timeout: Duration::from_secs(3),
+            tls_roots: None,
         }
     }
 }
@@ -132,6 +135,14 @@ impl LockClientBuilder {
     /// [`LockError::CommandTimeout`] (default 3 s).
     pub fn command_timeout(mut self, timeout: Duration) -> Self {
         self.config.command_timeout = timeout;
+        self
+    }
+
+    /// Trusts these PEM root certificates for `rediss://` URLs instead of the
+    /// system's, for servers whose certificate comes from a private CA.
+    #[cfg(feature = "tls")]
+    pub fn tls_root_certificates(mut self, pem: impl Into<Vec<u8>>) -> Self {
+        self.config.tls_roots = Some(pem.into());
         self
     }
 
