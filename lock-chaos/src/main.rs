@@ -1,0 +1,4 @@
+//! Fault suite runner (being written).
+fn main() {
+    eprintln!("usage: cargo run --release -p lock-chaos");
+}
