@@ -23,6 +23,14 @@
 //! hashes to `s` too: at most 16 384 small keys, whatever the number of lock
 //! names, and tokens from one counter are strictly increasing for every lock
 //! that uses it. On a single server the same layout applies unchanged.
+//!
+//! A counter starts at the server's clock in microseconds when it is created,
+//! then counts up by one per acquisition. Acquisitions never outpace a
+//! microsecond clock, so if the server loses the counter (a restart without
+//! persistence, eviction) the new one starts above every token handed out
+//! before, and a fenced store keeps rejecting the holders from before the loss.
+//! This assumes the server's clock does not jump back by more than the time
+//! the lost counter had been counting ahead of it.
 
 use std::sync::OnceLock;
 

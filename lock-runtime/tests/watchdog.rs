@@ -153,6 +153,8 @@ async fn a_restarted_server_means_loss_and_the_client_recovers() {
             .await,
     );
 
+    let fence_before = guard.fence();
+
     server.restart();
     within(
         &server,
@@ -187,6 +189,12 @@ async fn a_restarted_server_means_loss_and_the_client_recovers() {
     )
     .await;
     assert!(!again.is_lost());
+    // The restarted server lost the fencing counter; tokens still grow.
+    assert!(
+        again.fence() > fence_before,
+        "{} <= {fence_before}",
+        again.fence()
+    );
     // A client connected before the restart still wakes on release: its
     // subscriber connection came back too.
     let waiting = {

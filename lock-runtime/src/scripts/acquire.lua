@@ -10,6 +10,15 @@
 local owner = redis.call('HGET', KEYS[1], 'owner')
 if not owner then
   local fence = redis.call('INCR', KEYS[2])
+  if fence == 1 then
+    -- A new counter: first use of this slot, or the server lost its data
+    -- (restart without persistence, eviction). Start from the server clock
+    -- in microseconds, which is past every token handed out before, so that
+    -- tokens keep growing across the loss (see keys.rs).
+    local now = redis.call('TIME')
+    fence = tonumber(now[1]) * 1000000 + tonumber(now[2])
+    redis.call('SET', KEYS[2], string.format('%d', fence))
+  end
   redis.call('HSET', KEYS[1], 'owner', ARGV[1], 'count', 1, 'fence', fence)
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
   return {1, fence, 1}
