@@ -129,10 +129,16 @@ impl LockClient {
             .set_max_delay(Duration::from_millis(500));
 
         let shutdown = CancellationToken::new();
+        let registry = Arc::new(Registry::default());
         let connecting = async {
             let conn = ConnectionManager::new_with_config(client, manager_config.clone()).await?;
-            let wakeups =
-                Wakeups::start(subscriber_client, manager_config.clone(), shutdown.clone()).await?;
+            let wakeups = Wakeups::start(
+                subscriber_client,
+                manager_config.clone(),
+                registry.clone(),
+                shutdown.clone(),
+            )
+            .await?;
             Ok::<_, redis::RedisError>((conn, wakeups))
         };
         // The manager retries; bound the whole attempt by the connect timeout.
@@ -153,7 +159,6 @@ impl LockClient {
         };
 
         let scripts = Scripts::new(conn, config.command_timeout);
-        let registry = Arc::new(Registry::default());
         tokio::spawn(watchdog::run(
             registry.clone(),
             scripts.clone(),

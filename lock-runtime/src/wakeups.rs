@@ -21,6 +21,8 @@ use redis::{PushInfo, PushKind, Value};
 use tokio::sync::{Notify, mpsc, watch};
 use tokio_util::sync::CancellationToken;
 
+use crate::watchdog::Registry;
+
 /// Whether a channel's subscription is confirmed by the server.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Readiness {
@@ -89,9 +91,13 @@ impl std::fmt::Debug for Command {
 impl Wakeups {
     /// Opens the subscriber connection (RESP3, so that messages arrive as
     /// pushes) and starts the task that owns it.
+    ///
+    /// A dropped connection also makes `registry` check every held lock at
+    /// once: the server may have restarted without them.
     pub(crate) async fn start(
         client: redis::Client,
         config: ConnectionManagerConfig,
+        registry: Arc<Registry>,
         shutdown: CancellationToken,
     ) -> redis::RedisResult<Wakeups> {
         let channels = Arc::new(Channels::default());
@@ -100,6 +106,9 @@ impl Wakeups {
             let channels = channels.clone();
             let commands = commands.clone();
             move |push: PushInfo| {
+                if push.kind == PushKind::Disconnection {
+                    registry.check_now();
+                }
                 dispatch(&channels, &commands, push);
                 Ok::<(), redis::aio::SendError>(())
             }

@@ -187,6 +187,16 @@ impl Registry {
         held.declare_lost(reason);
     }
 
+    /// Renews every held lock now rather than when due: the connection to
+    /// Redis dropped, and a restarted server may have lost the locks.
+    pub(crate) fn check_now(&self) {
+        let now = Instant::now();
+        for held in self.entries().values() {
+            held.timing().renew_at = now;
+        }
+        self.changed.notify_one();
+    }
+
     /// Number of locks being renewed.
     pub(crate) fn len(&self) -> usize {
         self.entries().len()

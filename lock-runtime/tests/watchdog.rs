@@ -215,3 +215,37 @@ async fn a_restarted_server_means_loss_and_the_client_recovers() {
     assert!(taken_at - released < Duration::from_secs(1));
     ok(&server, taken.release().await);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restart_is_noticed_at_once_not_at_the_next_renewal() {
+    let mut server = RedisServer::start();
+    let holder = client(&server).await;
+    let name = unique_key("restart-long-lease");
+    // Next renewal due in 10 s; the dropped connection triggers a check now.
+    let lease = Duration::from_secs(30);
+    let guard = ok(
+        &server,
+        holder.lock(name.as_str()).lease(lease).acquire().await,
+    );
+    server.restart();
+    let restarted = Instant::now();
+    within(
+        &server,
+        Duration::from_secs(5),
+        "lost() after restart",
+        guard.lost(),
+    )
+    .await;
+    assert!(
+        restarted.elapsed() < Duration::from_secs(3),
+        "{:?}",
+        restarted.elapsed()
+    );
+    assert!(matches!(
+        guard.lost_error(),
+        lock_runtime::LockError::Lost {
+            reason: LossReason::NotHeld,
+            ..
+        }
+    ));
+}

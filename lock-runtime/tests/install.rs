@@ -1,0 +1,60 @@
+//! The default client and the task-local view of the held lock.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{client, ok};
+use lock_runtime::LockError;
+use lock_testkit::{RedisServer, unique_key};
+
+// One test: the default client is process-wide state.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn install_sets_the_default_client_and_current_names_the_held_lock() {
+    assert!(matches!(
+        lock_runtime::installed(),
+        Err(LockError::NotInstalled)
+    ));
+    assert!(lock_runtime::current().is_none());
+
+    let server = RedisServer::start();
+    let locks = client(&server).await;
+    lock_runtime::install(locks.clone());
+    let installed = lock_runtime::installed().expect("installed");
+    assert_eq!(installed.id(), locks.id());
+
+    let outer_name = unique_key("outer");
+    let inner_name = unique_key("inner");
+    let outer = ok(&server, installed.lock(outer_name.as_str()).acquire().await);
+    let seen = outer
+        .scope(async {
+            let here = lock_runtime::current().expect("inside the scope");
+            assert_eq!(here.key, outer_name);
+            assert_eq!(here.fence, outer.fence());
+            let inner = ok(
+                &server,
+                installed
+                    .lock(inner_name.as_str())
+                    .wait(Duration::ZERO)
+                    .acquire()
+                    .await,
+            );
+            let nested = inner
+                .scope(async { lock_runtime::current().expect("nested").key })
+                .await
+                .expect("not lost");
+            assert_eq!(nested, inner_name);
+            // Back in the outer scope once the inner one ends.
+            assert_eq!(
+                lock_runtime::current().map(|c| c.key),
+                Some(outer_name.clone())
+            );
+            ok(&server, inner.release().await);
+            here
+        })
+        .await
+        .expect("not lost");
+    assert_eq!(seen.key, outer_name);
+    assert!(lock_runtime::current().is_none());
+    ok(&server, outer.release().await);
+}
