@@ -1,1 +1,311 @@
-//! The `#[distributed_lock]` attribute. Use it through `lock-runtime`, which re-exports it.
+//! The `#[distributed_lock]` attribute. Use it through `lock-runtime`, which
+//! re-exports it as [`lock_runtime::distributed_lock`](../lock_runtime/attr.distributed_lock.html).
+
+mod attr;
+mod duration;
+mod expand;
+mod key;
+mod valid;
+
+use proc_macro::TokenStream;
+use quote::quote;
+
+/// Runs an `async fn` while holding a Redis lock named after its arguments.
+///
+/// ```no_run
+/// use lock_runtime::{distributed_lock, LockClient, LockError};
+///
+/// #[distributed_lock(key = "order:<order_id>", lease = "30s", wait = "5s")]
+/// async fn settle(order_id: u64, db: &Db) -> Result<Receipt, AppError> {
+///     // Runs while this task holds the lock `order:<order_id>`. The lock is
+///     // renewed every lease/3 while the body runs and released after it.
+///     db.settle(order_id).await
+/// }
+///
+/// #[tokio::main]
+/// async fn main() -> Result<(), AppError> {
+///     let locks = LockClient::connect("redis://127.0.0.1:6379").await?;
+///     lock_runtime::install(locks); // the client the attribute uses by default
+///     settle(42, &Db).await?;
+///     Ok(())
+/// }
+/// # struct Db;
+/// # struct Receipt;
+/// # impl Db { async fn settle(&self, _: u64) -> Result<Receipt, AppError> { Ok(Receipt) } }
+/// # #[derive(Debug)] enum AppError { Lock(LockError) }
+/// # impl From<LockError> for AppError { fn from(e: LockError) -> Self { AppError::Lock(e) } }
+/// ```
+///
+/// Before the body runs, the function takes the lock, waiting for it if
+/// another holder has it. While the body runs, the client's watchdog renews
+/// the lock. When the body finishes — by its last expression, an early
+/// `return`, a `?`, a panic, or because the caller dropped the future — the
+/// lock is given back at once, not when its lease runs out.
+///
+/// # The function
+///
+/// The attribute goes on an `async fn`: a free function, a method taking
+/// `self`, `&self`, `&mut self` or `self: Arc<Self>`, a generic function, an
+/// `async fn` in a trait (with a default body) or in a trait impl, with
+/// other attributes (such as `#[tracing::instrument]`) above or below it.
+///
+/// It must return `Result<T, E>` where `E: From<LockError>`, because the
+/// lock itself can fail: [`LockError`](../lock_runtime/enum.LockError.html)
+/// is converted into `E` with `From`. Aliases such as `anyhow::Result<T>` or
+/// `io::Result<T>` are accepted, as long as their error type converts.
+///
+/// # Options
+///
+/// | option | value | default |
+/// |---|---|---|
+/// | `key` | template string, required | |
+/// | `lease` | duration string | the client's default lease (30 s unless set on the builder) |
+/// | `wait` | duration string; `"0s"` tries once | the client's default wait (10 s unless set on the builder) |
+/// | `client` | expression giving a `LockClient` | the client passed to `lock_runtime::install` |
+/// | `crate` | path string | `"::lock_runtime"` |
+///
+/// ## `key`
+///
+/// The lock's name. `<name>` inserts the parameter `name`, written with
+/// `Display`; `<name.field.sub>` follows fields (and tuple indices, `<pair.0>`);
+/// `<self.field>` works in methods. A key may hold any number of
+/// placeholders. Braces are plain text, so Redis Cluster hash tags stay
+/// usable, and `<<` and `>>` write a literal `<` and `>`. The template is
+/// split at compile time: at run time the key is written piece by piece.
+///
+/// ```
+/// # use lock_runtime::{distributed_lock, LockError};
+/// struct Tenant { id: u32 }
+/// struct Order { tenant: Tenant, id: u64 }
+///
+/// // The lock "{tenant:7}:order:42" for tenant 7's order 42; every lock of
+/// // a tenant lives in the same Redis Cluster hash slot.
+/// #[distributed_lock(key = "{tenant:<order.tenant.id>}:order:<order.id>")]
+/// async fn ship(order: &Order) -> Result<(), LockError> {
+///     Ok(())
+/// }
+///
+/// struct Ledger { account: String }
+///
+/// impl Ledger {
+///     #[distributed_lock(key = "ledger:<self.account>:<day>")]
+///     async fn close_day(&self, day: u32) -> Result<(), LockError> {
+///         Ok(())
+///     }
+/// }
+/// ```
+///
+/// A placeholder must name a parameter (in `State(state): State<S>`, the
+/// parameter is `state`); an empty key, an empty `<>`, an unclosed `<`, a
+/// stray `>` or a placeholder that names no parameter is a compile error
+/// that lists the parameters.
+///
+/// ## `lease`
+///
+/// How long the lock outlives a holder that stops renewing it (a crashed
+/// process, a partition). While the body runs, the lock is renewed every
+/// third of its lease. Written with the units `ms`, `s`, `m` and `h`, alone
+/// or combined from largest to smallest: `"500ms"`, `"30s"`, `"1m30s"`,
+/// `"2h"`. Checked at compile time: zero, an unknown unit, a value that
+/// overflows, or a lease shorter than 100 ms (too short to renew safely) is
+/// an error.
+///
+/// ```
+/// # use lock_runtime::{distributed_lock, LockError};
+/// #[distributed_lock(key = "report:<day>", lease = "1m30s")]
+/// async fn nightly_report(day: u32) -> Result<(), LockError> {
+///     Ok(())
+/// }
+/// ```
+///
+/// ## `wait`
+///
+/// How long to wait while someone else holds the lock, in the same syntax;
+/// `"0s"` tries exactly once. Waiting is not polling: the waiter sleeps
+/// until the holder's release is published, its lease runs out, or the wait
+/// is over.
+///
+/// ```
+/// # use lock_runtime::{distributed_lock, LockError};
+/// // Skip the run if another instance is already doing it.
+/// #[distributed_lock(key = "job:reindex", wait = "0s")]
+/// async fn reindex() -> Result<(), LockError> {
+///     Ok(())
+/// }
+/// ```
+///
+/// ## `client`
+///
+/// Which [`LockClient`](../lock_runtime/struct.LockClient.html) to use: any
+/// expression of the function's parameters that gives a `LockClient`, a
+/// reference to one, or anything that derefs to one (`Arc<LockClient>`).
+/// It is evaluated and cloned before the body runs, so the body may borrow
+/// `self` mutably even when the client is a field of `self`. Without
+/// `client`, the function uses the client given to `lock_runtime::install`;
+/// when none was installed, it returns `LockError::NotInstalled`.
+///
+/// ```
+/// # use lock_runtime::{distributed_lock, LockClient, LockError};
+/// struct Stock {
+///     locks: LockClient,
+///     reserved: u32,
+/// }
+///
+/// impl Stock {
+///     #[distributed_lock(key = "sku:<sku>", client = self.locks)]
+///     async fn reserve(&mut self, sku: &str) -> Result<u32, LockError> {
+///         self.reserved += 1;
+///         Ok(self.reserved)
+///     }
+/// }
+/// ```
+///
+/// ## `crate`
+///
+/// Where the runtime is, when it is not a direct dependency named
+/// `lock_runtime` (for instance re-exported by a crate of yours). The
+/// expansion refers to the runtime only through this path.
+///
+/// ```
+/// # use lock_runtime::LockError;
+/// mod platform {
+///     pub use lock_runtime as locks;
+/// }
+///
+/// #[lock_runtime::distributed_lock(key = "cache:warm", crate = "platform::locks")]
+/// async fn warm_cache() -> Result<(), LockError> {
+///     Ok(())
+/// }
+/// ```
+///
+/// # When the lock is busy: timeout
+///
+/// When the lock stays held by someone else for the whole `wait`, the body
+/// does not run, and the function returns
+/// `Err(LockError::Timeout { .. }.into())`:
+///
+/// ```no_run
+/// # use lock_runtime::{distributed_lock, LockError};
+/// #[distributed_lock(key = "job:reindex", wait = "0s")]
+/// async fn reindex() -> Result<(), LockError> {
+///     Ok(())
+/// }
+///
+/// # async fn run() -> Result<(), LockError> {
+/// match reindex().await {
+///     Ok(()) => println!("reindexed"),
+///     Err(err) if err.is_timeout() => println!("another instance is reindexing"),
+///     Err(err) => return Err(err),
+/// }
+/// # Ok(())
+/// # }
+/// ```
+///
+/// # When the lock is lost
+///
+/// If the lock is lost while the body runs (a renewal finds it deleted or
+/// taken over, or Redis stays unreachable until the lease could have run
+/// out), the body is dropped at its next `.await` and the function returns
+/// `Err(LockError::Lost { .. }.into())`. Mutual exclusion is the promise: a
+/// body that kept running without its lock would break it. Code between two
+/// `.await`s still runs to the next one, so storage that must reject stale
+/// writers should check the fencing token (see below).
+///
+/// # Inside the body
+///
+/// [`lock_runtime::current()`](../lock_runtime/fn.current.html) names the
+/// held lock and its fencing token, a number that grows with every new
+/// holder of the lock; hand it to the storage you write to. A call to
+/// another locked function on the same key, in the same task, re-enters the
+/// lock instead of waiting for itself; a task spawned from the body is
+/// another owner, and waits.
+///
+/// ```no_run
+/// # use lock_runtime::{distributed_lock, LockError};
+/// #[distributed_lock(key = "account:<id>")]
+/// async fn transfer(id: u64, cents: i64) -> Result<(), LockError> {
+///     let held = lock_runtime::current().expect("inside the lock");
+///     assert_eq!(held.key, format!("account:{id}"));
+///     audit(id).await // same key, same task: re-enters
+/// }
+///
+/// #[distributed_lock(key = "account:<id>")]
+/// async fn audit(id: u64) -> Result<(), LockError> {
+///     Ok(())
+/// }
+/// ```
+///
+/// # Mistakes are compile errors
+///
+/// The options, the key template and the signature are checked when the
+/// function is compiled. Each error points at the offending token, says
+/// what would be right, and all of them are reported together:
+///
+/// ```compile_fail
+/// # use lock_runtime::{distributed_lock, LockError};
+/// // error: `<order>`: `order` is not a parameter of `settle`; did you mean
+/// //        `order_id`? the only parameter is `order_id`
+/// // error: `lease`: `30sec`: unknown unit `sec`; use `ms`, `s`, `m` or `h`
+/// #[distributed_lock(key = "order:<order>", lease = "30sec")]
+/// async fn settle(order_id: u64) -> Result<(), LockError> {
+///     Ok(())
+/// }
+/// ```
+///
+/// # The same without the attribute
+///
+/// The attribute expands to calls of the runtime; by hand, `settle` above is:
+///
+/// ```no_run
+/// use std::time::Duration;
+/// use lock_runtime::{LockClient, LockError};
+/// # struct Receipt;
+/// # #[derive(Debug)] enum AppError { Lock(LockError) }
+/// # impl From<LockError> for AppError { fn from(e: LockError) -> Self { AppError::Lock(e) } }
+/// # async fn do_settle(_: u64) -> Result<Receipt, AppError> { Ok(Receipt) }
+///
+/// async fn settle(locks: &LockClient, order_id: u64) -> Result<Receipt, AppError> {
+///     let guard = locks
+///         .lock(format!("order:{order_id}"))
+///         .lease(Duration::from_secs(30))
+///         .wait(Duration::from_secs(5))
+///         .acquire()
+///         .await?;
+///     // The critical section: `lock_runtime::current()` and re-entry work
+///     // inside it, and it is dropped with `Err(Lost)` if the lock is lost.
+///     let result = guard.scope(do_settle(order_id)).await?;
+///     guard.release().await?;
+///     result
+/// }
+/// ```
+///
+/// The attribute does one thing more: when releasing fails because Redis
+/// cannot be reached, it keeps the body's result (the lock then expires
+/// after its lease) instead of turning it into an error.
+#[proc_macro_attribute]
+pub fn distributed_lock(args: TokenStream, item: TokenStream) -> TokenStream {
+    lock(args.into(), item.into()).into()
+}
+
+/// Parse, validate, expand. On any error, the function is emitted unchanged
+/// next to the errors, so that its callers still type-check and only the
+/// attribute's errors are reported.
+fn lock(
+    args: proc_macro2::TokenStream,
+    item: proc_macro2::TokenStream,
+) -> proc_macro2::TokenStream {
+    let mut errors = attr::Errors::default();
+    let options = errors.take(attr::Options::parse(args));
+    let function = errors.take(syn::parse2::<valid::LockedFn>(item.clone()));
+    if let Some(function) = &function {
+        let key = options.as_ref().map(|options| &options.key);
+        let ret = errors.take(valid::check(function, key));
+        if let (Some(options), Some(ret)) = (&options, ret)
+            && errors.is_empty()
+        {
+            return expand::function(function, options, ret);
+        }
+    }
+    let errors = errors.finish().err().map(syn::Error::into_compile_error);
+    quote!(#item #errors)
+}

@@ -72,6 +72,7 @@ pub use config::{LockClientBuilder, MIN_LEASE};
 pub use error::{LockError, LossReason};
 pub use guard::LockGuard;
 pub use install::{install, installed};
+pub use lock_macros::distributed_lock;
 pub use request::LockRequest;
 pub use scope::{CurrentLock, current};
 

@@ -1,0 +1,242 @@
+//! Code generation. Everything here has been validated; nothing can fail.
+//!
+//! ```text
+//! async fn f(args) -> Result<T, E> {
+//!     let __lock_key = /* the template, written with one `write_fmt` */;
+//!     let __lock_acquired = /* acquire on the client, with lease and wait */;
+//!     let __lock_outcome = match __lock_acquired {   // Result<Result<T, E>, LockError>
+//!         Ok(guard) => __private::run(guard, async move { Ok(async move { body }.await) }).await,
+//!         Err(e) => Err(e),
+//!     };
+//!     match __lock_outcome { Ok(result) => result, Err(e) => Err(From::from(e)) }
+//! }
+//! ```
+
+use proc_macro2::{Literal, Span, TokenStream};
+use quote::{quote, quote_spanned};
+use syn::spanned::Spanned as _;
+use syn::visit_mut::VisitMut;
+use syn::{GenericArgument, Ident, PathArguments, Type};
+
+use crate::attr::Options;
+use crate::key::{Piece, Template};
+use crate::valid::LockedFn;
+
+/// The function with the lock around its body.
+pub(crate) fn function(function: &LockedFn, options: &Options, ret: &Type) -> TokenStream {
+    let LockedFn {
+        attrs,
+        vis,
+        sig,
+        inner_attrs,
+        body,
+    } = function;
+    let private = match &options.krate {
+        Some(krate) => quote!(#krate::__private),
+        None => quote!(::lock_runtime::__private),
+    };
+    let key = local("__lock_key");
+    let client = local("__lock_client");
+    let acquired = local("__lock_acquired");
+    let guard = local("__lock_guard");
+    let error = local("__lock_error");
+
+    let lease = duration(options.lease);
+    let wait = duration(options.wait);
+    let acquire = match &options.client {
+        // A clone, so that temporaries of the expression (a mutex guard, a
+        // borrow of `self`) end here, before any `.await`. A reference, an
+        // `Arc` or anything else that derefs to a `LockClient` works.
+        Some(expr) => {
+            let span = expr.span();
+            let clone = quote_spanned!(span=> ::core::clone::Clone::clone(&(#expr)));
+            // A wrong type is reported on the expression.
+            let at_expr = Ident::new("__lock_client", Span::mixed_site().located_at(span));
+            let borrow = quote_spanned!(span=> &#at_expr);
+            quote! {{
+                let #client = #clone;
+                #private::acquire(#borrow, #key, #lease, #wait).await
+            }}
+        }
+        None => quote! {{
+            let #client = #private::default_client();
+            match #client {
+                ::core::result::Result::Ok(#client) => {
+                    #private::acquire(&#client, #key, #lease, #wait).await
+                }
+                ::core::result::Result::Err(#error) => ::core::result::Result::Err(#error),
+            }
+        }},
+    };
+    // The key is built in a statement of its own: the temporaries of
+    // `format_args!` must not live across the `.await` (they are not `Send`).
+    let (key_stmt, acquire) = match key_value(&options.key, &key, &private) {
+        KeyValue::Fixed(value) => (quote!(let #key: ::std::string::String = #value;), acquire),
+        KeyValue::Formatted(value) => (
+            quote!(let #key = #value;),
+            quote! {
+                match #key {
+                    ::core::result::Result::Ok(#key) => #acquire,
+                    ::core::result::Result::Err(#error) => ::core::result::Result::Err(#error),
+                }
+            },
+        ),
+    };
+
+    // The body runs in the lock's scope with `LockError` as `run`'s error
+    // type, and its own result nested inside; so the conversion of a
+    // `LockError` into the function's error type happens in one place, and
+    // a missing `From<LockError>` is one error, reported on `E`.
+    let error_span = error_type(ret).span();
+    let unconverted = Ident::new("__lock_error", error_span);
+    let convert = quote_spanned! {error_span=>
+        ::core::result::Result::Err(::core::convert::From::from(#unconverted))
+    };
+    let fake_return = fake_return(ret);
+    let outcome = local("__lock_outcome");
+    let result = local("__lock_result");
+    quote! {
+        #(#attrs)*
+        #vis #sig {
+            #(#inner_attrs)*
+            #key_stmt
+            let #acquired = #acquire;
+            let #outcome = match #acquired {
+                ::core::result::Result::Ok(#guard) => {
+                    #private::run(#guard, async move {
+                        ::core::result::Result::Ok::<_, #private::LockError>(
+                            async move {
+                                #fake_return
+                                { #body }
+                            }
+                            .await,
+                        )
+                    })
+                    .await
+                }
+                ::core::result::Result::Err(#error) => ::core::result::Result::Err(#error),
+            };
+            match #outcome {
+                ::core::result::Result::Ok(#result) => #result,
+                ::core::result::Result::Err(#unconverted) => #convert,
+            }
+        }
+    }
+}
+
+/// A name the user's code cannot see or shadow.
+fn local(name: &str) -> Ident {
+    Ident::new(name, Span::mixed_site())
+}
+
+/// `Some(Duration::from_millis(ms))`, computed at compile time.
+fn duration(ms: Option<u64>) -> TokenStream {
+    match ms {
+        Some(ms) => {
+            let ms = Literal::u64_suffixed(ms);
+            quote!(::core::option::Option::Some(::core::time::Duration::from_millis(#ms)))
+        }
+        None => quote!(::core::option::Option::None),
+    }
+}
+
+enum KeyValue {
+    /// A `String`: the template has no placeholders.
+    Fixed(TokenStream),
+    /// A `Result<String, LockError>`: a `Display` implementation can fail.
+    Formatted(TokenStream),
+}
+
+/// The key: one `write_fmt` whose format string holds the template's text
+/// and a `{}` per placeholder, each argument spanned on its placeholder so
+/// that a missing `Display` is reported there.
+fn key_value(template: &Template, key: &Ident, private: &TokenStream) -> KeyValue {
+    let mut format = String::new();
+    let mut args = Vec::new();
+    for piece in &template.pieces {
+        match piece {
+            Piece::Text(text) => format.push_str(&text.replace('{', "{{").replace('}', "}}")),
+            Piece::Value(placeholder) => {
+                format.push_str("{}");
+                let root = &placeholder.root;
+                let fields = &placeholder.fields;
+                args.push(quote_spanned!(placeholder.span=> #root #(.#fields)*));
+            }
+        }
+    }
+    if args.is_empty() {
+        let text: String = template
+            .pieces
+            .iter()
+            .map(|piece| match piece {
+                Piece::Text(text) => text.as_str(),
+                Piece::Value(_) => "",
+            })
+            .collect();
+        return KeyValue::Fixed(quote!(::std::string::String::from(#text)));
+    }
+    let written = local("__lock_written");
+    KeyValue::Formatted(quote! {{
+        let mut #key = ::std::string::String::new();
+        let #written = ::core::fmt::Write::write_fmt(&mut #key, ::core::format_args!(#format, #(#args),*));
+        match #written {
+            ::core::result::Result::Ok(()) => ::core::result::Result::Ok(#key),
+            ::core::result::Result::Err(_) => ::core::result::Result::Err(#private::LockError::Config(
+                ::std::string::String::from("a `Display` implementation failed while writing the lock key"),
+            )),
+        }
+    }})
+}
+
+/// `E` of `Result<T, E>`, or the whole type for an alias like `io::Result<T>`.
+fn error_type(ret: &Type) -> &Type {
+    if let Type::Path(path) = ret
+        && let Some(last) = path.path.segments.last()
+        && let PathArguments::AngleBracketed(args) = &last.arguments
+        && let [GenericArgument::Type(_), GenericArgument::Type(error)] =
+            args.args.iter().collect::<Vec<_>>().as_slice()
+    {
+        return error;
+    }
+    ret
+}
+
+/// An unreachable `return` of the declared type as the body's first
+/// statement, so the body's type is known before its own returns and `?`s
+/// are checked, and a type error points at the user's code, not at the
+/// macro. The technique is tracing-attributes'.
+fn fake_return(ret: &Type) -> TokenStream {
+    let mut ret = ret.clone();
+    // `impl Trait` is not allowed in a `let`'s type; let inference fill it in.
+    ImplTraitEraser.visit_type_mut(&mut ret);
+    let value = local("__lock_fake_return");
+    quote_spanned! {ret.span()=>
+        #[allow(
+            unreachable_code,
+            clippy::diverging_sub_expression,
+            clippy::empty_loop,
+            clippy::let_unit_value,
+            clippy::needless_return,
+            clippy::unreachable
+        )]
+        if false {
+            let #value: #ret = loop {};
+            return #value;
+        }
+    }
+}
+
+struct ImplTraitEraser;
+
+impl VisitMut for ImplTraitEraser {
+    fn visit_type_mut(&mut self, ty: &mut Type) {
+        if let Type::ImplTrait(impl_trait) = ty {
+            *ty = Type::Infer(syn::TypeInfer {
+                attrs: Vec::new(),
+                underscore_token: syn::Token![_](impl_trait.impl_token.span),
+            });
+        } else {
+            syn::visit_mut::visit_type_mut(self, ty);
+        }
+    }
+}
