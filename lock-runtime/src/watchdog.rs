@@ -96,13 +96,20 @@ impl Held {
     }
 }
 
-/// Held locks by (lock key, owner id).
-type HeldMap = HashMap<(String, Arc<str>), Arc<Held>>;
+/// Held locks by (lock key, owner id), and when the watchdog wakes next.
+#[derive(Debug, Default)]
+struct Entries {
+    map: HashMap<(String, Arc<str>), Arc<Held>>,
+    /// The watchdog's next wake-up (`None`: asleep until told). A new lock
+    /// wakes it only if it falls due earlier, so that taking many locks does
+    /// not cost a sweep over all of them each.
+    next_wake: Option<Instant>,
+}
 
 /// Every lock this client holds.
 #[derive(Debug, Default)]
 pub(crate) struct Registry {
-    held: Mutex<HeldMap>,
+    held: Mutex<Entries>,
     changed: Notify,
 }
 
@@ -119,7 +126,7 @@ pub(crate) struct Acquisition<'a> {
 }
 
 impl Registry {
-    fn entries(&self) -> std::sync::MutexGuard<'_, HeldMap> {
+    fn entries(&self) -> std::sync::MutexGuard<'_, Entries> {
         // The map is only ever inserted into and removed from; a panic
         // elsewhere while it was locked leaves it usable.
         self.held.lock().unwrap_or_else(|e| e.into_inner())
@@ -129,7 +136,7 @@ impl Registry {
     pub(crate) fn hold(&self, acquired: Acquisition<'_>) -> Arc<Held> {
         let id = (acquired.keys.lock.clone(), acquired.owner.clone());
         let mut entries = self.entries();
-        if let Some(held) = entries.get(&id).filter(|held| !held.is_lost()) {
+        if let Some(held) = entries.map.get(&id).filter(|held| !held.is_lost()) {
             let mut timing = held.timing();
             timing.guards += 1;
             timing.lease = timing.lease.max(acquired.lease);
@@ -153,9 +160,12 @@ impl Registry {
             lost: CancellationToken::new(),
             reason: OnceLock::new(),
         });
-        entries.insert(id, held.clone());
-        drop(entries);
-        self.changed.notify_one();
+        let due = acquired.sent + acquired.lease / 3;
+        entries.map.insert(id, held.clone());
+        if entries.next_wake.is_none_or(|wake| due < wake) {
+            entries.next_wake = Some(due);
+            self.changed.notify_one();
+        }
         held
     }
 
@@ -169,8 +179,8 @@ impl Registry {
         };
         if last {
             let id = (held.keys.lock.clone(), held.owner.clone());
-            if entries.get(&id).is_some_and(|h| Arc::ptr_eq(h, held)) {
-                entries.remove(&id);
+            if entries.map.get(&id).is_some_and(|h| Arc::ptr_eq(h, held)) {
+                entries.map.remove(&id);
             }
         }
         last
@@ -180,8 +190,8 @@ impl Registry {
     pub(crate) fn lose(&self, held: &Arc<Held>, reason: LossReason) {
         let id = (held.keys.lock.clone(), held.owner.clone());
         let mut entries = self.entries();
-        if entries.get(&id).is_some_and(|h| Arc::ptr_eq(h, held)) {
-            entries.remove(&id);
+        if entries.map.get(&id).is_some_and(|h| Arc::ptr_eq(h, held)) {
+            entries.map.remove(&id);
         }
         drop(entries);
         held.declare_lost(reason);
@@ -191,7 +201,7 @@ impl Registry {
     /// Redis dropped, and a restarted server may have lost the locks.
     pub(crate) fn check_now(&self) {
         let now = Instant::now();
-        for held in self.entries().values() {
+        for held in self.entries().map.values() {
             held.timing().renew_at = now;
         }
         self.changed.notify_one();
@@ -199,7 +209,7 @@ impl Registry {
 
     /// Number of locks being renewed.
     pub(crate) fn len(&self) -> usize {
-        self.entries().len()
+        self.entries().map.len()
     }
 
     /// One pass of the watchdog at `now`: declares overdue locks lost, takes
@@ -210,7 +220,7 @@ impl Registry {
         let mut due = Vec::new();
         let mut next: Option<Instant> = None;
         let mut entries = self.entries();
-        entries.retain(|_, held| {
+        entries.map.retain(|_, held| {
             let mut timing = held.timing();
             if now >= timing.valid_until {
                 overdue.push(held.clone());
@@ -230,6 +240,7 @@ impl Registry {
             next = Some(next.map_or(wake, |n| n.min(wake)));
             true
         });
+        entries.next_wake = next;
         (overdue, due, next)
     }
 }
@@ -352,6 +363,28 @@ mod tests {
         assert_eq!(due.len(), 1);
         // In flight: the next wake is the validity deadline.
         assert_eq!(next, Some(start + lease - Duration::from_millis(12)));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn only_a_lock_due_earlier_than_the_next_wake_wakes_the_watchdog() {
+        let registry = Registry::default();
+        let owner: Arc<str> = "o".into();
+        let start = Instant::now();
+        let (a, b, c) = (
+            LockKeys::new("t:", "a"),
+            LockKeys::new("t:", "b"),
+            LockKeys::new("t:", "c"),
+        );
+        registry.hold(acquisition(&a, &owner, Duration::from_secs(3), start));
+        registry.sweep(start);
+        let next_wake = || registry.entries().next_wake;
+        assert_eq!(next_wake(), Some(start + Duration::from_secs(1)));
+        // Due later than the scheduled wake: the watchdog sleeps on.
+        registry.hold(acquisition(&b, &owner, Duration::from_secs(30), start));
+        assert_eq!(next_wake(), Some(start + Duration::from_secs(1)));
+        // Due earlier: it is woken, and knows when.
+        registry.hold(acquisition(&c, &owner, Duration::from_millis(300), start));
+        assert_eq!(next_wake(), Some(start + Duration::from_millis(100)));
     }
 
     #[tokio::test(start_paused = true)]
