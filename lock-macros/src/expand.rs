@@ -54,6 +54,7 @@ pub(crate) fn function(function: &LockedFn, options: &Options, ret: &Type) -> To
             let at_expr = Ident::new("__lock_client", Span::mixed_site().located_at(span));
             let borrow = quote_spanned!(span=> &#at_expr);
             quote! {{
+                #[allow(clippy::clone_on_copy, clippy::redundant_clone)]
                 let #client = #clone;
                 #private::acquire(#borrow, #key, #lease, #wait).await
             }}
@@ -89,8 +90,12 @@ pub(crate) fn function(function: &LockedFn, options: &Options, ret: &Type) -> To
     // a missing `From<LockError>` is one error, reported on `E`.
     let error_span = error_type(ret).span();
     let unconverted = Ident::new("__lock_error", error_span);
+    let converted = local("__lock_converted");
+    // Spanned on the user's `E`, so lints see user code: allow the ones
+    // that fire when `E` is `LockError` itself.
     let convert = quote_spanned! {error_span=>
-        ::core::result::Result::Err(::core::convert::From::from(#unconverted))
+        #[allow(clippy::useless_conversion)]
+        let #converted = ::core::convert::From::from(#unconverted);
     };
     let fake_return = fake_return(ret);
     let outcome = local("__lock_outcome");
@@ -118,7 +123,10 @@ pub(crate) fn function(function: &LockedFn, options: &Options, ret: &Type) -> To
             };
             match #outcome {
                 ::core::result::Result::Ok(#result) => #result,
-                ::core::result::Result::Err(#unconverted) => #convert,
+                ::core::result::Result::Err(#unconverted) => {
+                    #convert
+                    ::core::result::Result::Err(#converted)
+                }
             }
         }
     }
