@@ -1,0 +1,274 @@
+//! An axum service that settles orders: however many instances of the
+//! service run, and however often a client retries, an order is settled
+//! once, by one request at a time.
+//!
+//! The handlers carry `#[distributed_lock]` themselves: the lock is named
+//! after the order id from the path, and taken through the `LockClient` in
+//! the application state (`client = state.locks`).
+//!
+//! ```text
+//! REDIS_URL=redis://127.0.0.1:6379 cargo run --example axum_orders
+//! ```
+//!
+//! Without `REDIS_URL`, the example starts a private `redis-server`. It
+//! serves on a free port, sends itself a burst of concurrent requests,
+//! prints the answers, checks that each order was charged once and that a
+//! refund is refused while the order is locked, and exits.
+
+use std::collections::HashMap;
+use std::io::{Read as _, Write as _};
+use std::net::{SocketAddr, TcpStream};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::routing::post;
+use axum::{Json, Router};
+use lock_runtime::{LockClient, LockError, distributed_lock};
+use serde::Serialize;
+
+#[derive(Clone)]
+struct AppState {
+    locks: LockClient,
+    /// Stands in for the database and the payment provider.
+    ledger: Arc<Mutex<Ledger>>,
+}
+
+#[derive(Default)]
+struct Ledger {
+    receipts: HashMap<u64, Receipt>,
+    charges: HashMap<u64, u32>,
+}
+
+#[derive(Clone, Serialize)]
+struct Receipt {
+    order_id: u64,
+    /// The lock's fencing token when the order was settled: storage that
+    /// sees a write with a smaller token than it has seen knows the writer
+    /// lost its lock in between.
+    fence: u64,
+}
+
+#[derive(Serialize)]
+struct Settlement {
+    receipt: Receipt,
+    /// True when an earlier request had settled the order already.
+    already_settled: bool,
+}
+
+/// What the handlers return on failure; `From<LockError>` is what the
+/// attribute needs.
+#[derive(Debug)]
+enum AppError {
+    Lock(LockError),
+    NotSettled(u64),
+}
+
+impl From<LockError> for AppError {
+    fn from(err: LockError) -> Self {
+        AppError::Lock(err)
+    }
+}
+
+impl IntoResponse for AppError {
+    fn into_response(self) -> Response {
+        match self {
+            // Someone else held the order's lock for the whole wait.
+            AppError::Lock(err) if err.is_timeout() => {
+                (StatusCode::CONFLICT, format!("busy, try again: {err}\n")).into_response()
+            }
+            // The lock was lost while working: the work was stopped.
+            AppError::Lock(err) if err.is_lost() => (
+                StatusCode::SERVICE_UNAVAILABLE,
+                format!("interrupted: {err}\n"),
+            )
+                .into_response(),
+            AppError::Lock(err) => {
+                (StatusCode::SERVICE_UNAVAILABLE, format!("{err}\n")).into_response()
+            }
+            AppError::NotSettled(id) => (
+                StatusCode::NOT_FOUND,
+                format!("order {id} is not settled\n"),
+            )
+                .into_response(),
+        }
+    }
+}
+
+/// `POST /orders/{order_id}/settle`: waits up to 5 s for the order's lock,
+/// then settles the order unless an earlier request did.
+#[distributed_lock(key = "order:<order_id>", lease = "10s", wait = "5s", client = state.locks)]
+async fn settle(
+    State(state): State<AppState>,
+    Path(order_id): Path<u64>,
+) -> Result<Json<Settlement>, AppError> {
+    // Only one request per order gets here at a time, on any instance.
+    let settled = state
+        .ledger
+        .lock()
+        .unwrap()
+        .receipts
+        .get(&order_id)
+        .cloned();
+    if let Some(receipt) = settled {
+        return Ok(Json(Settlement {
+            receipt,
+            already_settled: true,
+        }));
+    }
+    let fence = lock_runtime::current().map_or(0, |held| held.fence);
+    charge(&state, order_id).await;
+    let receipt = Receipt { order_id, fence };
+    state
+        .ledger
+        .lock()
+        .unwrap()
+        .receipts
+        .insert(order_id, receipt.clone());
+    Ok(Json(Settlement {
+        receipt,
+        already_settled: false,
+    }))
+}
+
+/// `POST /orders/{order_id}/refund`: does not wait; while the order is being
+/// settled, it answers 409 Conflict.
+#[distributed_lock(key = "order:<order_id>", wait = "0s", client = state.locks)]
+async fn refund(
+    State(state): State<AppState>,
+    Path(order_id): Path<u64>,
+) -> Result<String, AppError> {
+    let mut ledger = state.ledger.lock().unwrap();
+    ledger
+        .receipts
+        .remove(&order_id)
+        .ok_or(AppError::NotSettled(order_id))?;
+    Ok(format!("refunded order {order_id}\n"))
+}
+
+/// A slow call to the payment provider.
+async fn charge(state: &AppState, order_id: u64) {
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    *state
+        .ledger
+        .lock()
+        .unwrap()
+        .charges
+        .entry(order_id)
+        .or_default() += 1;
+}
+
+fn app(state: AppState) -> Router {
+    Router::new()
+        .route("/orders/{order_id}/settle", post(settle))
+        .route("/orders/{order_id}/refund", post(refund))
+        .with_state(state)
+}
+
+#[tokio::main]
+async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .with_writer(std::io::stderr)
+        .init();
+
+    // REDIS_URL, or a private server for the demo (stopped when dropped).
+    let (url, _private_server) = match std::env::var("REDIS_URL") {
+        Ok(url) => (url, None),
+        Err(_) => {
+            let server = lock_testkit::RedisServer::start();
+            (server.url(), Some(server))
+        }
+    };
+    let state = AppState {
+        locks: LockClient::connect(&url).await?,
+        ledger: Arc::default(),
+    };
+
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let addr = listener.local_addr()?;
+    println!("serving on http://{addr}, locks in {url}");
+    let server = tokio::spawn(axum::serve(listener, app(state.clone())).into_future());
+
+    // Order ids unique to this run, so that reruns against one Redis start fresh.
+    let base = std::process::id() as u64 * 1000;
+    let (busy, other) = (base + 42, base + 7);
+
+    // A burst: four settles of one order and one of another, at once.
+    let mut requests = Vec::new();
+    for order in [busy, busy, other, busy, busy] {
+        let path = format!("/orders/{order}/settle");
+        requests.push(tokio::task::spawn_blocking(move || post_to(addr, &path)));
+    }
+    for request in requests {
+        let (path, status, body) = request.await??;
+        println!("POST {path} -> {status}: {body}");
+    }
+    let charges = |order| {
+        state
+            .ledger
+            .lock()
+            .unwrap()
+            .charges
+            .get(&order)
+            .copied()
+            .unwrap_or(0)
+    };
+    println!(
+        "charges: order {busy}: {}, order {other}: {}",
+        charges(busy),
+        charges(other)
+    );
+    let charged_once = charges(busy) == 1 && charges(other) == 1;
+
+    // A refund while the order is locked elsewhere (here by hand, through
+    // the runtime API, as another instance would hold it): 409 at once.
+    let elsewhere = state.locks.lock(format!("order:{busy}")).acquire().await?;
+    let refund = format!("/orders/{busy}/refund");
+    let (path, status, body) = blocking(move || post_to(addr, &refund)).await?;
+    println!(
+        "POST {path} (order locked elsewhere) -> {status}: {}",
+        body.trim_end()
+    );
+    let conflict = status == 409;
+    elsewhere.release().await?;
+    let refund = format!("/orders/{busy}/refund");
+    let (path, status, body) = blocking(move || post_to(addr, &refund)).await?;
+    println!("POST {path} -> {status}: {}", body.trim_end());
+
+    server.abort();
+    if !charged_once {
+        return Err("an order was charged more than once".into());
+    }
+    if !conflict || status != 200 {
+        return Err("the refund was not refused while the order was locked, then accepted".into());
+    }
+    Ok(())
+}
+
+async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> std::io::Result<T> + Send + 'static,
+) -> Result<T, Box<dyn std::error::Error>> {
+    Ok(tokio::task::spawn_blocking(f).await??)
+}
+
+/// A minimal HTTP/1.1 client: one POST, the status and the body.
+fn post_to(addr: SocketAddr, path: &str) -> std::io::Result<(String, u16, String)> {
+    let mut stream = TcpStream::connect(addr)?;
+    stream.set_read_timeout(Some(Duration::from_secs(30)))?;
+    write!(
+        stream,
+        "POST {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+    )?;
+    let mut response = String::new();
+    stream.read_to_string(&mut response)?;
+    let status = response
+        .split(' ')
+        .nth(1)
+        .and_then(|code| code.parse().ok())
+        .unwrap_or(0);
+    let body = response.split_once("\r\n\r\n").map_or("", |(_, body)| body);
+    Ok((path.to_owned(), status, body.to_owned()))
+}
