@@ -9,6 +9,10 @@
 /// the other way round, so the value is repeated here; keep the two in step.
 pub(crate) const MIN_LEASE_MS: u64 = 100;
 
+/// The longest duration: what fits in Redis's signed 64-bit milliseconds
+/// (a lease is sent as `PX`).
+const MAX_MS: u64 = i64::MAX as u64;
+
 /// The units, largest first.
 const UNITS: [(&str, u64); 4] = [("h", 3_600_000), ("m", 60_000), ("s", 1_000), ("ms", 1)];
 
@@ -63,16 +67,12 @@ pub(crate) fn parse(text: &str) -> Result<u64, String> {
             ));
         }
         last = Some(index);
-        let too_long = || {
-            format!(
-                "`{text}` is too long: a duration must fit in {} ms",
-                u64::MAX
-            )
-        };
+        let too_long = || format!("`{text}` is too long: a duration must fit in {MAX_MS} ms");
         let number: u64 = number.parse().map_err(|_| too_long())?;
         total = number
             .checked_mul(UNITS[index].1)
             .and_then(|ms| total.checked_add(ms))
+            .filter(|&ms| ms <= MAX_MS)
             .ok_or_else(too_long)?;
         rest = after;
     }
@@ -136,20 +136,25 @@ mod tests {
 
     #[test]
     fn overflow_is_an_error() {
-        assert_eq!(parse("18446744073709551615ms"), Ok(u64::MAX));
+        assert_eq!(parse("9223372036854775807ms"), Ok(i64::MAX as u64));
+        assert!(
+            parse("9223372036854775808ms")
+                .unwrap_err()
+                .contains("too long")
+        );
         assert!(
             parse("18446744073709551616ms")
                 .unwrap_err()
                 .contains("too long")
         );
         assert!(
-            parse("18446744073709551615s")
+            parse("9223372036854775807s")
                 .unwrap_err()
                 .contains("too long")
         );
-        assert!(parse("5124095576030h1ms").is_ok());
-        assert!(parse("5124095576031h").is_err());
-        assert!(parse("18446744073709551615ms1ms").is_err());
+        assert!(parse("2562047788015h1ms").is_ok());
+        assert!(parse("2562047788016h").unwrap_err().contains("too long"));
+        assert!(parse("2562047788015h59m").unwrap_err().contains("too long"));
     }
 
     #[test]

@@ -50,13 +50,16 @@ pub(crate) fn function(function: &LockedFn, options: &Options, ret: &Type) -> To
         Some(expr) => {
             let span = expr.span();
             let clone = quote_spanned!(span=> ::core::clone::Clone::clone(&(#expr)));
-            // A wrong type is reported on the expression.
+            // The coercion to `&LockClient`, where a wrong type is reported
+            // on the expression.
             let at_expr = Ident::new("__lock_client", Span::mixed_site().located_at(span));
             let borrow = quote_spanned!(span=> &#at_expr);
+            let client_ref = local("__lock_client_ref");
             quote! {{
                 #[allow(clippy::clone_on_copy, clippy::redundant_clone)]
                 let #client = #clone;
-                #private::acquire(#borrow, #key, #lease, #wait).await
+                let #client_ref: &#private::LockClient = #borrow;
+                #private::acquire(#client_ref, #key, #lease, #wait).await
             }}
         }
         None => quote! {{
@@ -181,7 +184,10 @@ fn key_value(template: &Template, key: &Ident, private: &TokenStream) -> KeyValu
                 Piece::Value(_) => "",
             })
             .collect();
-        return KeyValue::Fixed(quote!(::std::string::String::from(#text)));
+        // Trait methods by their trait, which need not be in scope.
+        return KeyValue::Fixed(
+            quote!(<::std::string::String as ::core::convert::From<&str>>::from(#text)),
+        );
     }
     let written = local("__lock_written");
     KeyValue::Formatted(quote! {{
@@ -190,7 +196,9 @@ fn key_value(template: &Template, key: &Ident, private: &TokenStream) -> KeyValu
         match #written {
             ::core::result::Result::Ok(()) => ::core::result::Result::Ok(#key),
             ::core::result::Result::Err(_) => ::core::result::Result::Err(#private::LockError::Config(
-                ::std::string::String::from("a `Display` implementation failed while writing the lock key"),
+                <::std::string::String as ::core::convert::From<&str>>::from(
+                    "a `Display` implementation failed while writing the lock key",
+                ),
             )),
         }
     }})
@@ -246,5 +254,85 @@ impl VisitMut for ImplTraitEraser {
         } else {
             syn::visit_mut::visit_type_mut(self, ty);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use quote::quote;
+
+    use super::*;
+
+    fn expand(args: TokenStream, item: TokenStream) -> String {
+        let options = Options::parse(args).unwrap();
+        let function: LockedFn = syn::parse2(item).unwrap();
+        let ret = crate::valid::check(&function, Some(&options.key)).unwrap();
+        super::function(&function, &options, ret).to_string()
+    }
+
+    #[test]
+    fn durations_are_constants() {
+        let code = expand(
+            quote!(key = "k", lease = "1m30s", wait = "0s"),
+            quote!(
+                async fn f() -> Result<(), E> {
+                    Ok(())
+                }
+            ),
+        );
+        assert!(code.contains("from_millis (90000u64)"), "{code}");
+        assert!(code.contains("from_millis (0u64)"), "{code}");
+        let code = expand(
+            quote!(key = "k"),
+            quote!(
+                async fn f() -> Result<(), E> {
+                    Ok(())
+                }
+            ),
+        );
+        assert!(!code.contains("from_millis"), "{code}");
+    }
+
+    #[test]
+    fn templates_become_one_format_string() {
+        let code = expand(
+            quote!(key = "{tenant:<t>}:order:<o.id>"),
+            quote!(
+                async fn f(t: u8, o: &O) -> Result<(), E> {
+                    Ok(())
+                }
+            ),
+        );
+        assert!(
+            code.contains(r#"format_args ! ("{{tenant:{}}}:order:{}" , t , o . id)"#),
+            "{code}"
+        );
+        let code = expand(
+            quote!(key = "fixed{x}"),
+            quote!(
+                async fn f() -> Result<(), E> {
+                    Ok(())
+                }
+            ),
+        );
+        assert!(!code.contains("format_args"), "{code}");
+        assert!(code.contains(r#"from ("fixed{x}")"#), "{code}");
+    }
+
+    #[test]
+    fn runtime_path_can_be_overridden() {
+        let code = expand(
+            quote!(key = "k", crate = "::my::locks"),
+            quote!(
+                async fn f() -> Result<(), E> {
+                    Ok(())
+                }
+            ),
+        );
+        assert!(
+            code.contains(":: my :: locks :: __private :: acquire"),
+            "{code}"
+        );
+        assert!(!code.contains("lock_runtime"), "{code}");
     }
 }

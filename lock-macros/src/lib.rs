@@ -51,8 +51,10 @@ use quote::quote;
 ///
 /// It must return `Result<T, E>` where `E: From<LockError>`, because the
 /// lock itself can fail: [`LockError`](../lock_runtime/enum.LockError.html)
-/// is converted into `E` with `From`. Aliases such as `anyhow::Result<T>` or
-/// `io::Result<T>` are accepted, as long as their error type converts.
+/// is converted into `E` with `From`. Aliases are accepted too, written as
+/// a path whose last name ends in `Result` (`anyhow::Result<T>`,
+/// `AppResult<T>`); whether their error type converts, the compiler checks.
+/// A missing `From<LockError>` is reported on the error type.
 ///
 /// # Options
 ///

@@ -7,7 +7,7 @@ async fn lease(id: u64) -> Result<(), LockError> {
     Ok(())
 }
 
-#[distributed_lock(key = "a", wait = "5124095576031h")]
+#[distributed_lock(key = "a", wait = "2562047788016h")]
 async fn wait(id: u64) -> Result<(), LockError> {
     Ok(())
 }
