@@ -48,6 +48,9 @@ use quote::quote;
 /// `self`, `&self`, `&mut self` or `self: Arc<Self>`, a generic function, an
 /// `async fn` in a trait (with a default body) or in a trait impl, with
 /// other attributes (such as `#[tracing::instrument]`) above or below it.
+/// Methods of an `#[async_trait]` impl are not supported: that attribute
+/// turns them into plain `fn`s before this one runs; use `async fn` in the
+/// trait itself, which Rust supports natively.
 ///
 /// It must return `Result<T, E>` where `E: From<LockError>`, because the
 /// lock itself can fail: [`LockError`](../lock_runtime/enum.LockError.html)
