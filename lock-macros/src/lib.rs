@@ -40,7 +40,8 @@ use quote::quote;
 /// another holder has it. While the body runs, the client's watchdog renews
 /// the lock. When the body finishes — by its last expression, an early
 /// `return`, a `?`, a panic, or because the caller dropped the future — the
-/// lock is given back at once, not when its lease runs out.
+/// lock is given back right away (after a panic or a dropped future, by a
+/// release spawned in the background), not when its lease runs out.
 ///
 /// # The function
 ///
@@ -221,9 +222,9 @@ use quote::quote;
 /// [`lock_runtime::current()`](../lock_runtime/fn.current.html) names the
 /// held lock and its fencing token, a number that grows with every new
 /// holder of the lock; hand it to the storage you write to. A call to
-/// another locked function on the same key, in the same task, re-enters the
-/// lock instead of waiting for itself; a task spawned from the body is
-/// another owner, and waits.
+/// another locked function on the same key through the same client, in the
+/// same task, re-enters the lock instead of waiting for itself; a task
+/// spawned from the body is another owner, and waits.
 ///
 /// ```no_run
 /// # use lock_runtime::{distributed_lock, LockError};
