@@ -185,7 +185,35 @@ impl LockClient {
     /// Any string names a lock. A name with a Redis Cluster hash tag
     /// (`{tenant:7}:order:42`) keeps it, so locks can share a slot with data.
     pub fn lock(&self, name: impl Into<String>) -> LockRequest {
-        LockRequest::new(self.clone(), name.into())
+        LockRequest::new(self.clone(), vec![name.into()])
+    }
+
+    /// Starts a request for several locks taken together: all of them or
+    /// none, in one atomic step, so that two calls naming the same locks in
+    /// opposite orders never deadlock. A name given twice is one lock.
+    ///
+    /// The guard holds them all; losing any one of them loses the guard
+    /// ([`LockGuard::lost`]), and each lock keeps its own fencing token
+    /// ([`LockGuard::fences`]).
+    ///
+    /// ```no_run
+    /// # async fn run(locks: lock_runtime::LockClient) -> Result<(), lock_runtime::LockError> {
+    /// let (from, to) = (17, 4);
+    /// let both = locks
+    ///     .lock_all([format!("account:{from}"), format!("account:{to}")])
+    ///     .acquire()
+    ///     .await?;
+    /// // transfer between the two accounts
+    /// both.release().await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn lock_all<I>(&self, names: I) -> LockRequest
+    where
+        I: IntoIterator,
+        I::Item: Into<String>,
+    {
+        LockRequest::new(self.clone(), names.into_iter().map(Into::into).collect())
     }
 
     /// This client's unique id, the first part of every owner id it uses.

@@ -5,7 +5,10 @@ use std::sync::Arc;
 
 use crate::client::LockClient;
 use crate::error::{LockError, LossReason};
-use crate::scope::{self, Scope};
+use tokio_util::sync::CancellationToken;
+
+use crate::keys::LockKeys;
+use crate::scope::{self, CurrentLock, Scope};
 use crate::scripts::Released;
 use crate::watchdog::Held;
 
@@ -29,64 +32,98 @@ use crate::watchdog::Held;
 #[must_use = "the lock is released as soon as the guard is dropped"]
 pub struct LockGuard {
     client: LockClient,
-    held: Arc<Held>,
-    /// Set once the lock has been given back (or handed to `release`).
+    /// The locks held, in canonical order; one unless taken with `lock_all`.
+    held: Vec<Arc<Held>>,
+    /// Cancelled when any of the locks is lost.
+    lost: CancellationToken,
+    /// Set once the locks have been given back (or handed to `release`).
     done: bool,
 }
 
 impl fmt::Debug for LockGuard {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("LockGuard")
-            .field("key", &self.held.name)
-            .field("fence", &self.held.fence)
-            .field("lost", &self.held.is_lost())
+            .field("locks", &self.fences())
+            .field("lost", &self.is_lost())
             .finish()
     }
 }
 
 impl LockGuard {
-    pub(crate) fn new(client: LockClient, held: Arc<Held>) -> Self {
+    /// A guard over `held`, which is never empty.
+    pub(crate) fn new(client: LockClient, held: Vec<Arc<Held>>) -> Self {
+        let lost = match held.as_slice() {
+            [one] => one.lost_token().clone(),
+            many => {
+                let group = CancellationToken::new();
+                for held in many {
+                    held.join_group(&group);
+                }
+                group
+            }
+        };
         LockGuard {
             client,
             held,
+            lost,
             done: false,
         }
     }
 
-    /// The lock's name.
+    fn first(&self) -> &Held {
+        &self.held[0]
+    }
+
+    /// The lock's name (the first in sorted order, for a guard over several).
     pub fn key(&self) -> &str {
-        &self.held.name
+        &self.first().name
     }
 
     /// The fencing token: strictly greater than the token of every earlier
-    /// holder of this lock. Re-entering a held lock keeps the token.
+    /// holder of this lock. Re-entering a held lock keeps the token. For a
+    /// guard over several locks, the token of the first; see
+    /// [`fences`](LockGuard::fences).
     ///
     /// Hand it to the storage the critical section writes to and have the
     /// storage reject writes that carry a smaller token than the largest it
     /// has seen: a holder that stalled past its lease then cannot overwrite
     /// the work of the next holder.
     pub fn fence(&self) -> u64 {
-        self.held.fence
+        self.first().fence
     }
 
-    /// Resolves once the lock is lost: a renewal found it deleted or held by
-    /// another owner, or no renewal was confirmed before the lease could run
-    /// out (Redis unreachable, paused, or restarted). Never resolves while
-    /// the lock is held.
+    /// Every lock this guard holds with its own fencing token, in sorted order.
+    pub fn fences(&self) -> Vec<CurrentLock> {
+        self.held
+            .iter()
+            .map(|held| CurrentLock {
+                key: held.name.clone(),
+                fence: held.fence,
+            })
+            .collect()
+    }
+
+    /// Resolves once the lock (any of the locks) is lost: a renewal found it
+    /// deleted or held by another owner, or no renewal was confirmed before
+    /// the lease could run out (Redis unreachable, paused, or restarted).
+    /// Never resolves while the locks are held.
     pub async fn lost(&self) {
-        self.held.lost().await
+        self.lost.cancelled().await
     }
 
-    /// Until when the lock is surely held, as far as this process knows: the
-    /// send time of the last confirmed renewal plus the lease, minus the
+    /// Until when the locks are surely held, as far as this process knows:
+    /// the send time of the last confirmed renewal plus the lease, minus the
     /// drift margin. Work that must finish under the lock should finish by then.
     pub fn valid_until(&self) -> std::time::Instant {
-        self.held.valid_until().into_std()
+        let earliest = self.held.iter().map(|held| held.valid_until()).min();
+        earliest
+            .unwrap_or_else(tokio::time::Instant::now)
+            .into_std()
     }
 
-    /// Whether the lock has been lost; see [`lost`](LockGuard::lost).
+    /// Whether the lock (any of the locks) has been lost; see [`lost`](LockGuard::lost).
     pub fn is_lost(&self) -> bool {
-        self.held.is_lost()
+        self.lost.is_cancelled()
     }
 
     /// Runs `fut` as this lock's critical section.
@@ -115,12 +152,11 @@ impl LockGuard {
     pub async fn scope<F: Future>(&self, fut: F) -> Result<F::Output, LockError> {
         let scope = Scope {
             client: self.client.inner.id,
-            owner: self.held.owner.clone(),
-            name: self.held.name.clone(),
-            fence: self.held.fence,
+            owner: self.first().owner.clone(),
+            locks: self.fences(),
             parent: scope::innermost(),
         };
-        let lost = self.held.lost_token().clone();
+        let lost = self.lost.clone();
         scope::enter(scope, async move {
             tokio::select! {
                 biased;
@@ -133,9 +169,11 @@ impl LockGuard {
 
     /// The error for this lock having been lost.
     pub fn lost_error(&self) -> LockError {
+        let lost = self.held.iter().find(|held| held.is_lost());
+        let held = lost.map_or(self.first(), |held| &**held);
         LockError::Lost {
-            key: self.held.name.clone(),
-            reason: self.held.loss().unwrap_or(LossReason::NotHeld),
+            key: held.name.clone(),
+            reason: held.loss().unwrap_or(LossReason::NotHeld),
         }
     }
 
@@ -148,27 +186,49 @@ impl LockGuard {
     /// could not be told, in which case the lock expires after its lease.
     pub async fn release(mut self) -> Result<(), LockError> {
         self.done = true;
-        let last = self.client.inner.registry.unhold(&self.held);
-        let was_lost = self.held.loss();
-        let released = self
-            .client
-            .inner
-            .scripts
-            .release(&self.held.name, &self.held.keys, &self.held.owner, false)
-            .await?;
-        tracing::debug!(key = %self.held.name, fence = self.held.fence, ?released, last, "released");
-        match (released, was_lost) {
-            (_, Some(reason)) => Err(LockError::Lost {
-                key: self.held.name.clone(),
-                reason,
-            }),
-            (Released::NotHeld, None) => Err(LockError::Lost {
-                key: self.held.name.clone(),
+        let lost_before = self.is_lost().then(|| self.lost_error());
+        stop_renewing(&self.client, &self.held);
+        let released = give_back(&self.client, &self.held).await?;
+        if let Some(lost) = lost_before {
+            return Err(lost);
+        }
+        match self
+            .held
+            .iter()
+            .zip(released)
+            .find(|(_, r)| *r == Released::NotHeld)
+        {
+            Some((held, _)) => Err(LockError::Lost {
+                key: held.name.clone(),
                 reason: LossReason::NotHeldAtRelease,
             }),
-            (Released::Free | Released::StillHeld(_), None) => Ok(()),
+            None => Ok(()),
         }
     }
+}
+
+/// Takes a guard's locks out of the watchdog's care.
+fn stop_renewing(client: &LockClient, held: &[Arc<Held>]) {
+    for held in held {
+        client.inner.registry.unhold(held);
+    }
+}
+
+/// Gives each lock back one level.
+async fn give_back(client: &LockClient, held: &[Arc<Held>]) -> Result<Vec<Released>, LockError> {
+    let inner = &client.inner;
+    let keys: Vec<LockKeys> = held.iter().map(|held| held.keys.clone()).collect();
+    let label = held
+        .iter()
+        .map(|held| held.name.as_str())
+        .collect::<Vec<_>>()
+        .join(" + ");
+    let released = inner
+        .scripts
+        .release(&label, &keys, &held[0].owner, false)
+        .await?;
+    tracing::debug!(key = %label, ?released, "released");
+    Ok(released)
 }
 
 impl Drop for LockGuard {
@@ -176,23 +236,18 @@ impl Drop for LockGuard {
         if self.done {
             return;
         }
-        self.client.inner.registry.unhold(&self.held);
+        stop_renewing(&self.client, &self.held);
         // Never block in drop: release on the runtime if there is one,
         // otherwise the lease runs out by itself.
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            tracing::debug!(key = %self.held.name, "guard dropped outside a runtime; lock expires after its lease");
+            tracing::debug!(key = %self.key(), "guard dropped outside a runtime; lock expires after its lease");
             return;
         };
-        let scripts = self.client.inner.scripts.clone();
-        let held = self.held.clone();
+        let client = self.client.clone();
+        let held = std::mem::take(&mut self.held);
         runtime.spawn(async move {
-            match scripts.release(&held.name, &held.keys, &held.owner, false).await {
-                Ok(released) => {
-                    tracing::debug!(key = %held.name, fence = held.fence, ?released, "released on drop")
-                }
-                Err(err) => {
-                    tracing::warn!(key = %held.name, error = %err, "release on drop failed; lock expires after its lease")
-                }
+            if let Err(err) = give_back(&client, &held).await {
+                tracing::warn!(key = %held[0].name, error = %err, "release on drop failed; lock expires after its lease");
             }
         });
     }

@@ -74,7 +74,7 @@ pub use guard::LockGuard;
 pub use install::{install, installed};
 pub use lock_macros::distributed_lock;
 pub use request::LockRequest;
-pub use scope::{CurrentLock, current};
+pub use scope::{CurrentLock, current, current_locks};
 
 /// The README's examples, compiled as doctests so that it stays true.
 #[doc = include_str!("../../README.md")]

@@ -24,24 +24,33 @@ const RETRY_AFTER_ERROR: Duration = Duration::from_millis(25);
 const FALLBACK_RETRY: Duration = Duration::from_millis(100);
 
 /// A lock about to be taken: set the lease and the wait, then
-/// [`acquire`](LockRequest::acquire). Made by [`LockClient::lock`].
+/// [`acquire`](LockRequest::acquire). Made by [`LockClient::lock`], or by
+/// [`LockClient::lock_all`] for several locks taken together.
 #[derive(Debug, Clone)]
 #[must_use = "a lock request does nothing until `acquire` is awaited"]
 pub struct LockRequest {
     client: LockClient,
-    name: String,
+    /// The locks' names, sorted and without duplicates.
+    names: Vec<String>,
+    /// How errors and logs name the request: the names joined by `+`.
+    label: String,
     lease: Duration,
     wait: Duration,
 }
 
 impl LockRequest {
-    pub(crate) fn new(client: LockClient, name: String) -> Self {
+    pub(crate) fn new(client: LockClient, mut names: Vec<String>) -> Self {
+        // One canonical order, so that calls naming the same locks in any
+        // order take them the same way, and each name once.
+        names.sort_unstable();
+        names.dedup();
         let config = &client.inner.config;
         LockRequest {
+            label: names.join(" + "),
             lease: config.default_lease,
             wait: config.default_wait,
             client,
-            name,
+            names,
         }
     }
 
@@ -77,17 +86,24 @@ impl LockRequest {
     /// [`MIN_LEASE`](crate::MIN_LEASE); the connection errors of
     /// [`LockError`] otherwise.
     pub async fn acquire(self) -> Result<LockGuard, LockError> {
-        let span = tracing::debug_span!("lock.acquire", key = %self.name);
+        let span = tracing::debug_span!("lock.acquire", key = %self.label);
         self.acquire_inner().instrument(span).await
     }
 
     async fn acquire_inner(self) -> Result<LockGuard, LockError> {
         let inner = &self.client.inner;
-        if self.name.is_empty() {
-            return Err(LockError::Config("lock name is empty".into()));
+        if self.names.is_empty() || self.names.iter().any(String::is_empty) {
+            return Err(LockError::Config(format!(
+                "empty lock name in `{}`",
+                self.label
+            )));
         }
-        inner.config.check_lease(&self.name, self.lease)?;
-        let keys = LockKeys::new(&inner.config.prefix, &self.name);
+        inner.config.check_lease(&self.label, self.lease)?;
+        let keys: Vec<LockKeys> = self
+            .names
+            .iter()
+            .map(|name| LockKeys::new(&inner.config.prefix, name))
+            .collect();
         let scoped = scope::owner_for(inner.id);
         let mut owner = scoped.clone().unwrap_or_else(|| self.client.new_owner());
         let started = Instant::now();
@@ -104,7 +120,9 @@ impl LockRequest {
         }
 
         tracing::debug!(wait = ?self.wait, "lock busy; waiting");
-        let watch = inner.wakeups.watch(&keys.channel);
+        let watch = inner
+            .wakeups
+            .watch(keys.iter().map(|lock| lock.channel.as_str()));
         tokio::select! {
             _ = watch.subscribed() => {}
             _ = tokio::time::sleep_until(deadline) => {}
@@ -150,34 +168,43 @@ impl LockRequest {
         }
     }
 
-    /// One attempt: the guard, or the holder's remaining lease.
+    /// One attempt: the guard, or the longest remaining lease among the
+    /// locks others hold.
     async fn attempt(
         &self,
-        keys: &LockKeys,
+        keys: &[LockKeys],
         owner: &Arc<str>,
     ) -> Result<Result<LockGuard, Option<Duration>>, LockError> {
         let inner = &self.client.inner;
         let sent = Instant::now();
         let outcome = inner
             .scripts
-            .acquire(&self.name, keys, owner, self.lease)
+            .acquire(&self.label, keys, owner, self.lease)
             .await?;
-        Ok(match outcome {
-            Acquired::Held { fence, count } => {
-                let held = inner.registry.hold(Acquisition {
-                    name: &self.name,
+        let taken = match outcome {
+            Acquired::Held(taken) => taken,
+            Acquired::Busy { ttl } => return Ok(Err(ttl)),
+        };
+        let drift = inner.config.drift_for(self.lease);
+        let held = self
+            .names
+            .iter()
+            .zip(keys)
+            .zip(&taken)
+            .map(|((name, keys), taken)| {
+                tracing::debug!(key = %name, fence = taken.fence, depth = taken.count, "acquired");
+                inner.registry.hold(Acquisition {
+                    name,
                     keys,
                     owner,
-                    fence,
+                    fence: taken.fence,
                     lease: self.lease,
-                    drift: inner.config.drift_for(self.lease),
+                    drift,
                     sent,
-                });
-                tracing::debug!(fence, depth = count, "acquired");
-                Ok(LockGuard::new(self.client.clone(), held))
-            }
-            Acquired::Busy { ttl } => Err(ttl),
-        })
+                })
+            })
+            .collect();
+        Ok(Ok(LockGuard::new(self.client.clone(), held)))
     }
 
     /// An acquire whose answer was lost may still have taken the lock. The
@@ -185,12 +212,15 @@ impl LockRequest {
     /// (in the background; otherwise the lease runs out), and the next
     /// attempt uses a new owner id, which the abandoned one cannot be
     /// mistaken for.
-    fn abandon(&self, keys: &LockKeys, owner: Arc<str>) -> Arc<str> {
+    fn abandon(&self, keys: &[LockKeys], owner: Arc<str>) -> Arc<str> {
         let scripts = self.client.inner.scripts.clone();
-        let (name, keys) = (self.name.clone(), keys.clone());
+        let (label, keys) = (self.label.clone(), keys.to_vec());
         tokio::spawn(async move {
-            if let Ok(Released::Free) = scripts.release(&name, &keys, &owner, true).await {
-                tracing::debug!(key = %name, "dropped a lock whose acquire answer was lost");
+            let released = scripts.release(&label, &keys, &owner, true).await;
+            if let Ok(released) = released
+                && released.contains(&Released::Free)
+            {
+                tracing::debug!(key = %label, "dropped a lock whose acquire answer was lost");
             }
         });
         self.client.new_owner()
@@ -199,7 +229,7 @@ impl LockRequest {
     fn timeout(&self, started: Instant) -> LockError {
         tracing::debug!(waited = ?started.elapsed(), "timed out");
         LockError::Timeout {
-            key: self.name.clone(),
+            key: self.label.clone(),
             waited: started.elapsed(),
         }
     }

@@ -28,8 +28,8 @@ tokio::task_local! {
 pub(crate) struct Scope {
     pub(crate) client: Uuid,
     pub(crate) owner: Arc<str>,
-    pub(crate) name: String,
-    pub(crate) fence: u64,
+    /// The locks of this critical section (several for a multi-lock).
+    pub(crate) locks: Vec<CurrentLock>,
     pub(crate) parent: Option<Arc<Scope>>,
 }
 
@@ -94,8 +94,12 @@ pub struct CurrentLock {
 /// # }
 /// ```
 pub fn current() -> Option<CurrentLock> {
-    innermost().map(|scope| CurrentLock {
-        key: scope.name.clone(),
-        fence: scope.fence,
-    })
+    innermost().and_then(|scope| scope.locks.first().cloned())
+}
+
+/// Every lock of the innermost critical section, with its own fencing token:
+/// several for one taken with [`LockClient::lock_all`](crate::LockClient::lock_all),
+/// in the canonical (sorted) order; empty outside of any critical section.
+pub fn current_locks() -> Vec<CurrentLock> {
+    innermost().map_or_else(Vec::new, |scope| scope.locks.clone())
 }

@@ -20,15 +20,24 @@ static RELEASE: LazyLock<Script> =
 static RENEW: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("scripts/renew.lua")));
 
 /// What the acquire script found.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Acquired {
-    /// The caller holds the lock, with this fencing token and re-entry depth.
-    Held { fence: u64, count: u64 },
-    /// Another owner holds it for this much longer (`None`: no expiry set).
+    /// The caller holds every lock, with these fencing tokens and re-entry
+    /// depths, in the order the locks were named.
+    Held(Vec<Taken>),
+    /// Another owner holds at least one lock, for this much longer at most
+    /// (`None`: one has no expiry).
     Busy { ttl: Option<Duration> },
 }
 
-/// What the release script did.
+/// One lock as the acquire script left it for the caller.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Taken {
+    pub(crate) fence: u64,
+    pub(crate) count: u64,
+}
+
+/// What the release script did to one lock.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Released {
     /// The lock is free and waiters were told.
@@ -51,51 +60,69 @@ impl Scripts {
         Scripts { conn, timeout }
     }
 
+    /// Takes every lock in `keys` or none; `name` names them in errors.
     pub(crate) async fn acquire(
         &self,
         name: &str,
-        keys: &LockKeys,
+        keys: &[LockKeys],
         owner: &str,
         lease: Duration,
     ) -> Result<Acquired, LockError> {
         let mut call = ACQUIRE.prepare_invoke();
-        call.key(&keys.lock)
-            .key(&keys.fence)
-            .arg(owner)
-            .arg(millis(lease));
-        let (held, value, count): (i64, i64, i64) =
-            self.run(Some(name), &call, self.timeout).await?;
-        Ok(if held == 1 {
-            Acquired::Held {
-                fence: value as u64,
-                count: count as u64,
-            }
-        } else {
-            Acquired::Busy {
-                ttl: (value >= 0).then(|| Duration::from_millis(value as u64)),
-            }
-        })
+        for lock in keys {
+            call.key(&lock.lock);
+        }
+        for lock in keys {
+            call.key(&lock.fence);
+        }
+        call.arg(owner).arg(millis(lease));
+        let reply: Vec<i64> = self.run(Some(name), &call, self.timeout).await?;
+        match reply.as_slice() {
+            [1, taken @ ..] if taken.len() == 2 * keys.len() => Ok(Acquired::Held(
+                taken
+                    .chunks_exact(2)
+                    .map(|pair| Taken {
+                        fence: pair[0] as u64,
+                        count: pair[1] as u64,
+                    })
+                    .collect(),
+            )),
+            [0, ttl] => Ok(Acquired::Busy {
+                ttl: (*ttl >= 0).then(|| Duration::from_millis(*ttl as u64)),
+            }),
+            _ => Err(unexpected(name, "acquire", &reply)),
+        }
     }
 
-    /// Counts one level down, or every level when `all` is set.
+    /// Counts each lock in `keys` one level down, or every level when `all`
+    /// is set; one outcome per lock.
     pub(crate) async fn release(
         &self,
         name: &str,
-        keys: &LockKeys,
+        keys: &[LockKeys],
         owner: &str,
         all: bool,
-    ) -> Result<Released, LockError> {
+    ) -> Result<Vec<Released>, LockError> {
         let mut call = RELEASE.prepare_invoke();
-        call.key(&keys.lock)
-            .key(&keys.channel)
-            .arg(owner)
-            .arg(if all { "1" } else { "0" });
-        let left: i64 = self.run(Some(name), &call, self.timeout).await?;
-        Ok(match left {
-            0 => Released::Free,
-            n if n > 0 => Released::StillHeld(n as u64),
-            _ => Released::NotHeld,
-        })
+        for lock in keys {
+            call.key(&lock.lock);
+        }
+        for lock in keys {
+            call.key(&lock.channel);
+        }
+        call.arg(owner).arg(if all { "1" } else { "0" });
+        let left: Vec<i64> = self.run(Some(name), &call, self.timeout).await?;
+        if left.len() != keys.len() {
+            return Err(unexpected(name, "release", &left));
+        }
+        Ok(left
+            .into_iter()
+            .map(|left| match left {
+                0 => Released::Free,
+                n if n > 0 => Released::StillHeld(n as u64),
+                _ => Released::NotHeld,
+            })
+            .collect())
     }
 
     /// Renews `locks` (lock key, owner, lease) in one call; `true` where still held.
@@ -131,6 +158,19 @@ impl Scripts {
                 after: timeout,
             }),
         }
+    }
+}
+
+/// A reply no version of the script gives: another program's script under
+/// the same name, or a corrupted reply.
+fn unexpected(name: &str, script: &str, reply: &[i64]) -> LockError {
+    LockError::Redis {
+        key: Some(name.to_owned()),
+        source: redis::RedisError::from((
+            redis::ErrorKind::UnexpectedReturnType,
+            "unexpected reply from a lock script",
+            format!("{script}: {reply:?}"),
+        )),
     }
 }
 

@@ -35,8 +35,33 @@ enum Readiness {
 #[derive(Debug)]
 struct Channel {
     name: String,
+    /// Single-lock waiters queue here: a release wakes one of them.
     notify: Notify,
+    /// Multi-lock waiters, each with a notification of its own: a release
+    /// wakes every one of them, since each may still find another of its
+    /// locks taken and must not swallow the wake-up of a single-lock waiter.
+    listeners: Mutex<Vec<Arc<Notify>>>,
     ready: watch::Sender<Readiness>,
+}
+
+impl Channel {
+    fn listeners(&self) -> std::sync::MutexGuard<'_, Vec<Arc<Notify>>> {
+        // Only pushed to and removed from; a panic cannot leave it torn.
+        self.listeners.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Wakes one single-lock waiter (or all, after a reconnect) and every
+    /// multi-lock waiter.
+    fn wake(&self, all: bool) {
+        if all {
+            self.notify.notify_waiters();
+        } else {
+            self.notify.notify_one();
+        }
+        for listener in self.listeners().iter() {
+            listener.notify_one();
+        }
+    }
 }
 
 #[derive(Debug, Default)]
@@ -119,79 +144,110 @@ impl Wakeups {
         Ok(Wakeups { channels, commands })
     }
 
-    /// Starts watching a channel; the subscription lives as long as the watch.
-    pub(crate) fn watch(&self, name: &str) -> Watch {
+    /// Starts watching the release channels of one or more locks; the
+    /// subscriptions live as long as the watch.
+    pub(crate) fn watch<'a>(&self, names: impl IntoIterator<Item = &'a str>) -> Watch {
         let mut watched = self.channels.watched();
-        let channel = match watched.get_mut(name) {
-            Some((count, channel)) => {
-                *count += 1;
-                channel.clone()
-            }
-            None => {
-                let channel = Arc::new(Channel {
-                    name: name.to_owned(),
-                    notify: Notify::new(),
-                    ready: watch::Sender::new(Readiness::Pending),
-                });
-                watched.insert(name.to_owned(), (1, channel.clone()));
-                // Sent while the map is locked: commands keep the map's order.
-                if self
-                    .commands
-                    .send(Command::Subscribe(channel.clone()))
-                    .is_err()
-                {
-                    channel.ready.send_replace(Readiness::Failed);
+        let channels: Vec<Arc<Channel>> = names
+            .into_iter()
+            .map(|name| match watched.get_mut(name) {
+                Some((count, channel)) => {
+                    *count += 1;
+                    channel.clone()
                 }
-                channel
+                None => {
+                    let channel = Arc::new(Channel {
+                        name: name.to_owned(),
+                        notify: Notify::new(),
+                        listeners: Mutex::new(Vec::new()),
+                        ready: watch::Sender::new(Readiness::Pending),
+                    });
+                    watched.insert(name.to_owned(), (1, channel.clone()));
+                    // Sent while the map is locked: commands keep the map's order.
+                    if self
+                        .commands
+                        .send(Command::Subscribe(channel.clone()))
+                        .is_err()
+                    {
+                        channel.ready.send_replace(Readiness::Failed);
+                    }
+                    channel
+                }
+            })
+            .collect();
+        drop(watched);
+        let own = (channels.len() > 1).then(|| {
+            let own = Arc::new(Notify::new());
+            for channel in &channels {
+                channel.listeners().push(own.clone());
             }
-        };
+            own
+        });
         Watch {
-            channel,
-            channels: self.channels.clone(),
+            channels,
+            own,
+            shared: self.channels.clone(),
             commands: self.commands.clone(),
         }
     }
 }
 
-/// One waiter's interest in one lock's release channel.
+/// One waiter's interest in the release channels of the locks it waits for.
 pub(crate) struct Watch {
-    channel: Arc<Channel>,
-    channels: Arc<Channels>,
+    channels: Vec<Arc<Channel>>,
+    /// A notification of its own when waiting for several locks.
+    own: Option<Arc<Notify>>,
+    shared: Arc<Channels>,
     commands: mpsc::UnboundedSender<Command>,
 }
 
 impl Watch {
-    /// Waits until the subscription is confirmed; false if it failed.
+    /// Waits until every subscription is confirmed; false if one failed.
     pub(crate) async fn subscribed(&self) -> bool {
-        let mut ready = self.channel.ready.subscribe();
-        match ready.wait_for(|r| *r != Readiness::Pending).await {
-            Ok(r) => *r == Readiness::Subscribed,
-            Err(_) => false,
+        for channel in &self.channels {
+            let mut ready = channel.ready.subscribe();
+            match ready.wait_for(|r| *r != Readiness::Pending).await {
+                Ok(r) if *r == Readiness::Subscribed => {}
+                _ => return false,
+            }
         }
+        true
     }
 
     /// Whether release messages are arriving; false means the caller should
     /// not rely on being woken.
     pub(crate) fn is_live(&self) -> bool {
-        *self.channel.ready.borrow() == Readiness::Subscribed
+        self.channels
+            .iter()
+            .all(|channel| *channel.ready.borrow() == Readiness::Subscribed)
     }
 
     /// The notification a release (or a resubscription) sends.
     pub(crate) fn notify(&self) -> &Notify {
-        &self.channel.notify
+        match &self.own {
+            Some(own) => own,
+            None => &self.channels[0].notify,
+        }
     }
 }
 
 impl Drop for Watch {
     fn drop(&mut self) {
-        let mut watched = self.channels.watched();
-        if let Some((count, _)) = watched.get_mut(&self.channel.name) {
-            *count -= 1;
-            if *count == 0 {
-                watched.remove(&self.channel.name);
-                let _ = self
-                    .commands
-                    .send(Command::Unsubscribe(self.channel.name.clone()));
+        if let Some(own) = &self.own {
+            for channel in &self.channels {
+                channel.listeners().retain(|l| !Arc::ptr_eq(l, own));
+            }
+        }
+        let mut watched = self.shared.watched();
+        for channel in &self.channels {
+            if let Some((count, _)) = watched.get_mut(&channel.name) {
+                *count -= 1;
+                if *count == 0 {
+                    watched.remove(&channel.name);
+                    let _ = self
+                        .commands
+                        .send(Command::Unsubscribe(channel.name.clone()));
+                }
             }
         }
     }
@@ -207,7 +263,7 @@ fn dispatch(channels: &Channels, commands: &mpsc::UnboundedSender<Command>, push
                     .and_then(|name| channels.get(name))
             {
                 tracing::trace!(channel = %channel.name, "release message");
-                channel.notify.notify_one();
+                channel.wake(false);
             }
         }
         PushKind::Disconnection => {
@@ -293,7 +349,7 @@ async fn resubscribe(
             Ok(()) => {
                 for channel in &all {
                     channel.ready.send_replace(Readiness::Subscribed);
-                    channel.notify.notify_waiters();
+                    channel.wake(true);
                 }
                 tracing::debug!(channels = all.len(), "resubscribed after reconnect");
                 return;

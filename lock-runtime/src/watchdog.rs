@@ -33,6 +33,9 @@ pub(crate) struct Held {
     state: Mutex<Timing>,
     lost: CancellationToken,
     reason: OnceLock<LossReason>,
+    /// Tokens of multi-lock guards that include this lock: losing any of
+    /// their locks loses them all.
+    groups: Mutex<Vec<CancellationToken>>,
 }
 
 #[derive(Debug)]
@@ -58,11 +61,6 @@ impl Timing {
 }
 
 impl Held {
-    /// Resolves once the lock is lost.
-    pub(crate) async fn lost(&self) {
-        self.lost.cancelled().await
-    }
-
     /// A token cancelled when the lock is lost.
     pub(crate) fn lost_token(&self) -> &CancellationToken {
         &self.lost
@@ -92,6 +90,22 @@ impl Held {
         if self.reason.set(reason).is_ok() {
             tracing::warn!(key = %self.name, fence = self.fence, %reason, "lock lost");
             self.lost.cancel();
+            for group in self.groups().iter() {
+                group.cancel();
+            }
+        }
+    }
+
+    fn groups(&self) -> std::sync::MutexGuard<'_, Vec<CancellationToken>> {
+        // Only ever pushed to; nothing to leave half-done.
+        self.groups.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Cancels `group` when this lock is lost (at once if it already is).
+    pub(crate) fn join_group(&self, group: &CancellationToken) {
+        self.groups().push(group.clone());
+        if self.is_lost() {
+            group.cancel();
         }
     }
 }
@@ -159,6 +173,7 @@ impl Registry {
             }),
             lost: CancellationToken::new(),
             reason: OnceLock::new(),
+            groups: Mutex::new(Vec::new()),
         });
         let due = acquired.sent + acquired.lease / 3;
         entries.map.insert(id, held.clone());

@@ -1,34 +1,58 @@
--- Take, re-enter, or report who holds a lock, atomically.
+-- Take, re-enter, or report who holds one or more locks, atomically: all of
+-- them or none, so that callers naming the same locks in any order never
+-- deadlock.
 --
--- KEYS[1]  the lock hash: owner, count, fence
--- KEYS[2]  the fencing counter of the lock's hash slot (see keys.rs)
--- ARGV[1]  owner id (client uuid : scope id)
--- ARGV[2]  lease in milliseconds
+-- KEYS[1..n]       the lock hashes (owner, count, fence), n = #KEYS / 2
+-- KEYS[n+1..2n]    the fencing counter of each lock's hash slot (see keys.rs)
+-- ARGV[1]          owner id (client uuid : scope id)
+-- ARGV[2]          lease in milliseconds
 --
--- Returns {1, fence, count} when the caller holds the lock afterwards,
--- or {0, pttl, 0} with the holder's remaining time to live otherwise.
-local owner = redis.call('HGET', KEYS[1], 'owner')
-if not owner then
-  local fence = redis.call('INCR', KEYS[2])
-  if fence == 1 then
-    -- A new counter: first use of this slot, or the server lost its data
-    -- (restart without persistence, eviction). Start from the server clock
-    -- in microseconds, which is past every token handed out before, so that
-    -- tokens keep growing across the loss (see keys.rs).
-    local now = redis.call('TIME')
-    fence = tonumber(now[1]) * 1000000 + tonumber(now[2])
-    redis.call('SET', KEYS[2], string.format('%d', fence))
+-- Returns {1, fence_1, count_1, ..., fence_n, count_n} when the caller holds
+-- every lock afterwards, or {0, pttl} with the longest remaining lease among
+-- the locks another owner holds (-1 when one of them has no expiry).
+local n = #KEYS / 2
+local longest = nil
+for i = 1, n do
+  local owner = redis.call('HGET', KEYS[i], 'owner')
+  if owner and owner ~= ARGV[1] then
+    local ttl = redis.call('PTTL', KEYS[i])
+    if ttl < 0 or longest == -1 then
+      longest = -1
+    elseif not longest or ttl > longest then
+      longest = ttl
+    end
   end
-  redis.call('HSET', KEYS[1], 'owner', ARGV[1], 'count', 1, 'fence', fence)
-  redis.call('PEXPIRE', KEYS[1], ARGV[2])
-  return {1, fence, 1}
 end
-if owner == ARGV[1] then
-  local count = redis.call('HINCRBY', KEYS[1], 'count', 1)
-  -- A nested holder may ask for a longer lease; never shorten the outer one.
-  if redis.call('PTTL', KEYS[1]) < tonumber(ARGV[2]) then
-    redis.call('PEXPIRE', KEYS[1], ARGV[2])
+if longest then
+  return {0, longest}
+end
+
+local result = {1}
+for i = 1, n do
+  local fence, count
+  if redis.call('HGET', KEYS[i], 'owner') then
+    count = redis.call('HINCRBY', KEYS[i], 'count', 1)
+    fence = tonumber(redis.call('HGET', KEYS[i], 'fence'))
+    -- A nested holder may ask for a longer lease; never shorten the outer one.
+    if redis.call('PTTL', KEYS[i]) < tonumber(ARGV[2]) then
+      redis.call('PEXPIRE', KEYS[i], ARGV[2])
+    end
+  else
+    fence = redis.call('INCR', KEYS[n + i])
+    if fence == 1 then
+      -- A new counter: first use of this slot, or the server lost its data
+      -- (restart without persistence, eviction). Start from the server clock
+      -- in microseconds, which is past every token handed out before, so that
+      -- tokens keep growing across the loss (see keys.rs).
+      local now = redis.call('TIME')
+      fence = tonumber(now[1]) * 1000000 + tonumber(now[2])
+      redis.call('SET', KEYS[n + i], string.format('%d', fence))
+    end
+    count = 1
+    redis.call('HSET', KEYS[i], 'owner', ARGV[1], 'count', 1, 'fence', fence)
+    redis.call('PEXPIRE', KEYS[i], ARGV[2])
   end
-  return {1, tonumber(redis.call('HGET', KEYS[1], 'fence')), count}
+  result[2 * i] = fence
+  result[2 * i + 1] = count
 end
-return {0, redis.call('PTTL', KEYS[1]), 0}
+return result

@@ -1,0 +1,171 @@
+//! Several locks taken together: all or none, in one canonical order.
+
+mod common;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicI64, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use common::{client, lock_key, ok, within};
+use lock_testkit::{RedisServer, unique_key};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn opposite_transfers_between_two_accounts_never_deadlock() {
+    const TRANSFERS: usize = 1000;
+    let server = RedisServer::start();
+    let clients = [client(&server).await, client(&server).await];
+    let (a, b) = (unique_key("account"), unique_key("account"));
+    let balances = Arc::new([AtomicI64::new(1_000), AtomicI64::new(1_000)]);
+    let inside = Arc::new([AtomicUsize::new(0), AtomicUsize::new(0)]);
+    let overlaps = Arc::new(AtomicUsize::new(0));
+
+    let tasks: Vec<_> = [(0usize, 1usize), (1, 0)]
+        .into_iter()
+        .map(|(from, to)| {
+            let locks = clients[from].clone();
+            let names = [a.clone(), b.clone()];
+            let (balances, inside, overlaps) = (balances.clone(), inside.clone(), overlaps.clone());
+            tokio::spawn(async move {
+                for _ in 0..TRANSFERS {
+                    // Named in opposite orders by the two tasks.
+                    let both = locks
+                        .lock_all([names[from].clone(), names[to].clone()])
+                        .wait(Duration::from_secs(10))
+                        .acquire()
+                        .await?;
+                    for account in [from, to] {
+                        if inside[account].fetch_add(1, Ordering::SeqCst) != 0 {
+                            overlaps.fetch_add(1, Ordering::SeqCst);
+                        }
+                    }
+                    let (x, y) = (
+                        balances[from].load(Ordering::SeqCst),
+                        balances[to].load(Ordering::SeqCst),
+                    );
+                    tokio::task::yield_now().await;
+                    balances[from].store(x - 1, Ordering::SeqCst);
+                    balances[to].store(y + 1, Ordering::SeqCst);
+                    for account in [from, to] {
+                        inside[account].fetch_sub(1, Ordering::SeqCst);
+                    }
+                    both.release().await?;
+                }
+                Ok::<_, lock_runtime::LockError>(())
+            })
+        })
+        .collect();
+    within(&server, Duration::from_secs(120), "2000 transfers", async {
+        for task in tasks {
+            ok(&server, task.await.unwrap());
+        }
+    })
+    .await;
+    assert_eq!(overlaps.load(Ordering::SeqCst), 0);
+    assert_eq!(balances[0].load(Ordering::SeqCst), 1_000);
+    assert_eq!(balances[1].load(Ordering::SeqCst), 1_000);
+    assert_eq!(server.cli(&["EXISTS", &lock_key(&a), &lock_key(&b)]), "0");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn all_or_none_and_a_duplicate_name_is_one_lock() {
+    let server = RedisServer::start();
+    let locks = client(&server).await;
+    let other = client(&server).await;
+    let (a, b) = (unique_key("a"), unique_key("b"));
+
+    let same = ok(
+        &server,
+        locks.lock_all([a.clone(), a.clone()]).acquire().await,
+    );
+    assert_eq!(same.fences().len(), 1);
+    assert_eq!(server.cli(&["HGET", &lock_key(&a), "count"]), "1");
+    ok(&server, same.release().await);
+
+    // `b` is taken by another client: taking both fails and leaves `a` free.
+    let held_b = ok(&server, other.lock(b.as_str()).acquire().await);
+    let err = locks
+        .lock_all([a.clone(), b.clone()])
+        .wait(Duration::ZERO)
+        .acquire()
+        .await
+        .expect_err("b is held");
+    assert!(err.is_timeout(), "{err}");
+    assert_eq!(server.cli(&["EXISTS", &lock_key(&a)]), "0");
+
+    // A waiter for both takes them as soon as `b` is released.
+    let waiting = {
+        let (locks, names) = (locks.clone(), [a.clone(), b.clone()]);
+        tokio::spawn(async move {
+            let guard = locks
+                .lock_all(names)
+                .wait(Duration::from_secs(20))
+                .acquire()
+                .await;
+            (Instant::now(), guard)
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(!waiting.is_finished());
+    let released = Instant::now();
+    ok(&server, held_b.release().await);
+    let (taken_at, both) = waiting.await.unwrap();
+    let both = ok(&server, both);
+    assert!(
+        taken_at - released < Duration::from_secs(1),
+        "{:?}",
+        taken_at - released
+    );
+    let fences = both.fences();
+    let mut names = vec![a.clone(), b.clone()];
+    names.sort();
+    assert_eq!(
+        fences.iter().map(|f| f.key.clone()).collect::<Vec<_>>(),
+        names
+    );
+
+    // Inside the critical section each lock re-enters on its own.
+    both.scope(async {
+        assert_eq!(lock_runtime::current_locks(), fences);
+        let one = ok(
+            &server,
+            locks.lock(b.as_str()).wait(Duration::ZERO).acquire().await,
+        );
+        assert_eq!(server.cli(&["HGET", &lock_key(&b), "count"]), "2");
+        ok(&server, one.release().await);
+    })
+    .await
+    .expect("not lost");
+    ok(&server, both.release().await);
+    assert_eq!(server.cli(&["EXISTS", &lock_key(&a), &lock_key(&b)]), "0");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn losing_any_one_lock_stops_the_body() {
+    let server = RedisServer::start();
+    let locks = client(&server).await;
+    let (a, b, c) = (unique_key("a"), unique_key("b"), unique_key("c"));
+    let all = ok(
+        &server,
+        locks
+            .lock_all([a.clone(), b.clone(), c.clone()])
+            .lease(Duration::from_secs(1))
+            .acquire()
+            .await,
+    );
+    server.cli(&["DEL", &lock_key(&b)]);
+    let outcome = within(
+        &server,
+        Duration::from_secs(5),
+        "scope",
+        all.scope(async {
+            tokio::time::sleep(Duration::from_secs(60)).await;
+        }),
+    )
+    .await;
+    let err = outcome.expect_err("stopped");
+    assert!(err.is_lost());
+    assert_eq!(err.key(), Some(b.as_str()));
+    assert!(all.release().await.expect_err("lost").is_lost());
+    // The locks that were still held are given back.
+    assert_eq!(server.cli(&["EXISTS", &lock_key(&a), &lock_key(&c)]), "0");
+}
