@@ -193,8 +193,8 @@ impl LockClient {
     /// opposite orders never deadlock. A name given twice is one lock.
     ///
     /// The guard holds them all; losing any one of them loses the guard
-    /// ([`LockGuard::lost`]), and each lock keeps its own fencing token
-    /// ([`LockGuard::fences`]).
+    /// ([`LockGuard::lost`](crate::LockGuard::lost)), and each lock keeps its own fencing token
+    /// ([`LockGuard::fences`](crate::LockGuard::fences)).
     ///
     /// ```no_run
     /// # async fn run(locks: lock_runtime::LockClient) -> Result<(), lock_runtime::LockError> {
