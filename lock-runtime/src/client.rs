@@ -12,7 +12,7 @@ use uuid::Uuid;
 
 use crate::config::{Config, LockClientBuilder};
 use crate::error::LockError;
-use crate::request::LockRequest;
+use crate::request::{Kind, LockRequest};
 use crate::scripts::Scripts;
 use crate::wakeups::Wakeups;
 use crate::watchdog::{self, Registry};
@@ -185,7 +185,7 @@ impl LockClient {
     /// Any string names a lock. A name with a Redis Cluster hash tag
     /// (`{tenant:7}:order:42`) keeps it, so locks can share a slot with data.
     pub fn lock(&self, name: impl Into<String>) -> LockRequest {
-        LockRequest::new(self.clone(), vec![name.into()])
+        LockRequest::new(self.clone(), Kind::Exclusive, vec![name.into()])
     }
 
     /// Starts a request for several locks taken together: all of them or
@@ -213,7 +213,33 @@ impl LockClient {
         I: IntoIterator,
         I::Item: Into<String>,
     {
-        LockRequest::new(self.clone(), names.into_iter().map(Into::into).collect())
+        LockRequest::new(
+            self.clone(),
+            Kind::Exclusive,
+            names.into_iter().map(Into::into).collect(),
+        )
+    }
+
+    /// Starts a request for one of `permits` permits of the semaphore
+    /// `name`: up to `permits` holders at once. Each permit is leased and
+    /// renewed like a lock, so a crashed holder's permit comes back after
+    /// its lease; a release wakes one waiter. Everyone using the semaphore
+    /// must name the same number of permits.
+    ///
+    /// Within one critical section, taking the same semaphore again
+    /// re-enters the permit already held instead of taking a second one.
+    ///
+    /// ```no_run
+    /// # async fn run(locks: lock_runtime::LockClient) -> Result<(), lock_runtime::LockError> {
+    /// // At most 3 exports run at once across every instance.
+    /// let permit = locks.semaphore("exports", 3).acquire().await?;
+    /// // export
+    /// permit.release().await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn semaphore(&self, name: impl Into<String>, permits: u32) -> LockRequest {
+        LockRequest::new(self.clone(), Kind::Permits(permits), vec![name.into()])
     }
 
     /// This client's unique id, the first part of every owner id it uses.

@@ -9,7 +9,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::keys::LockKeys;
 use crate::scope::{self, CurrentLock, Scope};
-use crate::scripts::Released;
+use crate::scripts::{Released, Stored};
 use crate::watchdog::Held;
 
 /// Proof of holding a lock. The watchdog renews the lock while the guard
@@ -223,10 +223,16 @@ async fn give_back(client: &LockClient, held: &[Arc<Held>]) -> Result<Vec<Releas
         .map(|held| held.name.as_str())
         .collect::<Vec<_>>()
         .join(" + ");
-    let released = inner
-        .scripts
-        .release(&label, &keys, &held[0].owner, false)
-        .await?;
+    let owner = &held[0].owner;
+    let released = match &held[0].stored {
+        Stored::Hash => inner.scripts.release(&label, &keys, owner, false).await?,
+        Stored::Member { .. } => vec![
+            inner
+                .scripts
+                .release_permit(&label, &keys[0], owner, false)
+                .await?,
+        ],
+    };
     tracing::debug!(key = %label, ?released, "released");
     Ok(released)
 }

@@ -3,7 +3,9 @@
 //! A lock named `order:42` under the prefix `lock:` uses:
 //!
 //! * `lock:{order:42}`: a hash with the owner, the re-entry count and the
-//!   fencing token, expiring after the lease;
+//!   fencing token, expiring after the lease (for a semaphore: a sorted set
+//!   of holders scored by lease expiry, beside `lock:{order:42}:holders`
+//!   with their re-entry counts and tokens);
 //! * `lock:{order:42}:released`: the pub/sub channel its release is announced on;
 //! * `lock:fence:{T}`: the fencing counter shared by every lock in the same
 //!   Redis Cluster hash slot, where `T` is a short tag chosen to hash to that slot.
@@ -62,6 +64,13 @@ impl LockKeys {
             fence: format!("{prefix}fence:{{{tag}}}"),
             lock,
         }
+    }
+}
+
+impl LockKeys {
+    /// A semaphore's companion hash: each holder's re-entry count and token.
+    pub(crate) fn holders(&self) -> String {
+        format!("{}:holders", self.lock)
     }
 }
 

@@ -12,7 +12,7 @@ use crate::error::LockError;
 use crate::guard::LockGuard;
 use crate::keys::LockKeys;
 use crate::scope;
-use crate::scripts::{Acquired, Released};
+use crate::scripts::{Acquired, Released, Stored};
 use crate::watchdog::Acquisition;
 
 /// First pause before retrying an acquire that failed to reach Redis; it
@@ -30,6 +30,7 @@ const FALLBACK_RETRY: Duration = Duration::from_millis(100);
 #[must_use = "a lock request does nothing until `acquire` is awaited"]
 pub struct LockRequest {
     client: LockClient,
+    kind: Kind,
     /// The locks' names, sorted and without duplicates.
     names: Vec<String>,
     /// How errors and logs name the request: the names joined by `+`.
@@ -38,8 +39,17 @@ pub struct LockRequest {
     wait: Duration,
 }
 
+/// What kind of lock a request takes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Kind {
+    /// One holder at a time (of every named lock).
+    Exclusive,
+    /// Up to this many holders at a time.
+    Permits(u32),
+}
+
 impl LockRequest {
-    pub(crate) fn new(client: LockClient, mut names: Vec<String>) -> Self {
+    pub(crate) fn new(client: LockClient, kind: Kind, mut names: Vec<String>) -> Self {
         // One canonical order, so that calls naming the same locks in any
         // order take them the same way, and each name once.
         names.sort_unstable();
@@ -50,6 +60,7 @@ impl LockRequest {
             lease: config.default_lease,
             wait: config.default_wait,
             client,
+            kind,
             names,
         }
     }
@@ -99,6 +110,12 @@ impl LockRequest {
             )));
         }
         inner.config.check_lease(&self.label, self.lease)?;
+        if self.kind == Kind::Permits(0) {
+            return Err(LockError::Config(format!(
+                "semaphore `{}` needs at least one permit",
+                self.label
+            )));
+        }
         let keys: Vec<LockKeys> = self
             .names
             .iter()
@@ -177,10 +194,24 @@ impl LockRequest {
     ) -> Result<Result<LockGuard, Option<Duration>>, LockError> {
         let inner = &self.client.inner;
         let sent = Instant::now();
-        let outcome = inner
-            .scripts
-            .acquire(&self.label, keys, owner, self.lease)
-            .await?;
+        let (outcome, stored) = match self.kind {
+            Kind::Exclusive => (
+                inner
+                    .scripts
+                    .acquire(&self.label, keys, owner, self.lease)
+                    .await?,
+                Stored::Hash,
+            ),
+            Kind::Permits(permits) => (
+                inner
+                    .scripts
+                    .acquire_permit(&self.label, &keys[0], owner, self.lease, permits)
+                    .await?,
+                Stored::Member {
+                    companion: keys[0].holders(),
+                },
+            ),
+        };
         let taken = match outcome {
             Acquired::Held(taken) => taken,
             Acquired::Busy { ttl } => return Ok(Err(ttl)),
@@ -196,6 +227,7 @@ impl LockRequest {
                 inner.registry.hold(Acquisition {
                     name,
                     keys,
+                    stored: &stored,
                     owner,
                     fence: taken.fence,
                     lease: self.lease,
@@ -215,8 +247,15 @@ impl LockRequest {
     fn abandon(&self, keys: &[LockKeys], owner: Arc<str>) -> Arc<str> {
         let scripts = self.client.inner.scripts.clone();
         let (label, keys) = (self.label.clone(), keys.to_vec());
+        let kind = self.kind;
         tokio::spawn(async move {
-            let released = scripts.release(&label, &keys, &owner, true).await;
+            let released = match kind {
+                Kind::Exclusive => scripts.release(&label, &keys, &owner, true).await,
+                Kind::Permits(_) => scripts
+                    .release_permit(&label, &keys[0], &owner, true)
+                    .await
+                    .map(|released| vec![released]),
+            };
             if let Ok(released) = released
                 && released.contains(&Released::Free)
             {

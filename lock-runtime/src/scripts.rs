@@ -13,11 +13,33 @@ use redis::{FromRedisValue, Script, ScriptInvocation};
 use crate::error::LockError;
 use crate::keys::LockKeys;
 
-static ACQUIRE: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("scripts/acquire.lua")));
-static RELEASE: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("scripts/release.lua")));
-static RENEW: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("scripts/renew.lua")));
+/// A script with the shared helpers of `prelude.lua` in front of it.
+macro_rules! script {
+    ($file:literal) => {
+        LazyLock::new(|| {
+            Script::new(concat!(
+                include_str!("scripts/prelude.lua"),
+                include_str!(concat!("scripts/", $file))
+            ))
+        })
+    };
+}
+
+static ACQUIRE: LazyLock<Script> = script!("acquire.lua");
+static RELEASE: LazyLock<Script> = script!("release.lua");
+static RENEW: LazyLock<Script> = script!("renew.lua");
+static PERMIT_ACQUIRE: LazyLock<Script> = script!("permit_acquire.lua");
+static PERMIT_RELEASE: LazyLock<Script> = script!("permit_release.lua");
+
+/// How a held item is stored, which decides how it is renewed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Stored {
+    /// A lock hash whose `owner` field names the holder.
+    Hash,
+    /// A member of a sorted set scored by lease expiry, with a companion
+    /// key that must live as long (a semaphore's permits and their holders).
+    Member { companion: String },
+}
 
 /// What the acquire script found.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -77,20 +99,47 @@ impl Scripts {
         }
         call.arg(owner).arg(millis(lease));
         let reply: Vec<i64> = self.run(Some(name), &call, self.timeout).await?;
-        match reply.as_slice() {
-            [1, taken @ ..] if taken.len() == 2 * keys.len() => Ok(Acquired::Held(
-                taken
-                    .chunks_exact(2)
-                    .map(|pair| Taken {
-                        fence: pair[0] as u64,
-                        count: pair[1] as u64,
-                    })
-                    .collect(),
-            )),
-            [0, ttl] => Ok(Acquired::Busy {
-                ttl: (*ttl >= 0).then(|| Duration::from_millis(*ttl as u64)),
-            }),
-            _ => Err(unexpected(name, "acquire", &reply)),
+        acquired(name, keys.len(), &reply)
+    }
+
+    /// Takes (or re-enters) one of `permits` permits of a semaphore.
+    pub(crate) async fn acquire_permit(
+        &self,
+        name: &str,
+        keys: &LockKeys,
+        owner: &str,
+        lease: Duration,
+        permits: u32,
+    ) -> Result<Acquired, LockError> {
+        let mut call = PERMIT_ACQUIRE.prepare_invoke();
+        call.key(&keys.lock)
+            .key(keys.holders())
+            .key(&keys.fence)
+            .arg(owner)
+            .arg(millis(lease))
+            .arg(permits);
+        let reply: Vec<i64> = self.run(Some(name), &call, self.timeout).await?;
+        acquired(name, 1, &reply)
+    }
+
+    /// Gives back one level of a semaphore permit (every level when `all`).
+    pub(crate) async fn release_permit(
+        &self,
+        name: &str,
+        keys: &LockKeys,
+        owner: &str,
+        all: bool,
+    ) -> Result<Released, LockError> {
+        let mut call = PERMIT_RELEASE.prepare_invoke();
+        call.key(&keys.lock)
+            .key(keys.holders())
+            .key(&keys.channel)
+            .arg(owner)
+            .arg(if all { "1" } else { "0" });
+        let left: Vec<i64> = self.run(Some(name), &call, self.timeout).await?;
+        match left.as_slice() {
+            [left] => Ok(released(*left)),
+            _ => Err(unexpected(name, "release", &left)),
         }
     }
 
@@ -115,25 +164,23 @@ impl Scripts {
         if left.len() != keys.len() {
             return Err(unexpected(name, "release", &left));
         }
-        Ok(left
-            .into_iter()
-            .map(|left| match left {
-                0 => Released::Free,
-                n if n > 0 => Released::StillHeld(n as u64),
-                _ => Released::NotHeld,
-            })
-            .collect())
+        Ok(left.into_iter().map(released).collect())
     }
 
-    /// Renews `locks` (lock key, owner, lease) in one call; `true` where still held.
+    /// Renews `items` (key, how it is stored, owner, lease) in one call;
+    /// `true` where still held.
     pub(crate) async fn renew<'a>(
         &self,
-        locks: impl IntoIterator<Item = (&'a str, &'a str, Duration)>,
+        items: impl IntoIterator<Item = (&'a str, &'a Stored, &'a str, Duration)>,
         timeout: Duration,
     ) -> Result<Vec<bool>, LockError> {
         let mut call = RENEW.prepare_invoke();
-        for (key, owner, lease) in locks {
-            call.key(key).arg(owner).arg(millis(lease));
+        for (key, stored, owner, lease) in items {
+            match stored {
+                Stored::Hash => call.key(key).key(key).arg("x"),
+                Stored::Member { companion } => call.key(key).key(companion).arg("z"),
+            };
+            call.arg(owner).arg(millis(lease));
         }
         let renewed: Vec<i64> = self.run(None, &call, timeout.min(self.timeout)).await?;
         Ok(renewed.into_iter().map(|r| r == 1).collect())
@@ -158,6 +205,34 @@ impl Scripts {
                 after: timeout,
             }),
         }
+    }
+}
+
+/// Reads the acquire scripts' reply for `locks` locks.
+fn acquired(name: &str, locks: usize, reply: &[i64]) -> Result<Acquired, LockError> {
+    match reply {
+        [1, taken @ ..] if taken.len() == 2 * locks => Ok(Acquired::Held(
+            taken
+                .chunks_exact(2)
+                .map(|pair| Taken {
+                    fence: pair[0] as u64,
+                    count: pair[1] as u64,
+                })
+                .collect(),
+        )),
+        [0, ttl] => Ok(Acquired::Busy {
+            ttl: (*ttl >= 0).then(|| Duration::from_millis(*ttl as u64)),
+        }),
+        _ => Err(unexpected(name, "acquire", reply)),
+    }
+}
+
+/// Reads one release outcome.
+fn released(left: i64) -> Released {
+    match left {
+        0 => Released::Free,
+        n if n > 0 => Released::StillHeld(n as u64),
+        _ => Released::NotHeld,
     }
 }
 

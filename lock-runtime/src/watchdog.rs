@@ -18,7 +18,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::error::LossReason;
 use crate::keys::LockKeys;
-use crate::scripts::Scripts;
+use crate::scripts::{Scripts, Stored};
 
 /// Locks renewed in one script call at most.
 const BATCH: usize = 1000;
@@ -28,6 +28,7 @@ const BATCH: usize = 1000;
 pub(crate) struct Held {
     pub(crate) name: String,
     pub(crate) keys: LockKeys,
+    pub(crate) stored: Stored,
     pub(crate) owner: Arc<str>,
     pub(crate) fence: u64,
     state: Mutex<Timing>,
@@ -131,6 +132,7 @@ pub(crate) struct Registry {
 pub(crate) struct Acquisition<'a> {
     pub(crate) name: &'a str,
     pub(crate) keys: &'a LockKeys,
+    pub(crate) stored: &'a Stored,
     pub(crate) owner: &'a Arc<str>,
     pub(crate) fence: u64,
     pub(crate) lease: Duration,
@@ -161,6 +163,7 @@ impl Registry {
         let held = Arc::new(Held {
             name: acquired.name.to_owned(),
             keys: acquired.keys.clone(),
+            stored: acquired.stored.clone(),
             owner: acquired.owner.clone(),
             fence: acquired.fence,
             state: Mutex::new(Timing {
@@ -297,7 +300,12 @@ async fn renew(registry: Arc<Registry>, scripts: Scripts, batch: Vec<Arc<Held>>)
             .map(|held| {
                 let timing = held.timing();
                 earliest = earliest.min(timing.valid_until);
-                (held.keys.lock.as_str(), &*held.owner, timing.lease)
+                (
+                    held.keys.lock.as_str(),
+                    &held.stored,
+                    &*held.owner,
+                    timing.lease,
+                )
             })
             .collect();
         (locks, earliest)
@@ -353,6 +361,7 @@ mod tests {
         Acquisition {
             name: "k",
             keys,
+            stored: &Stored::Hash,
             owner,
             fence: 7,
             lease,

@@ -2,22 +2,17 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader};
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{client, ok};
+use common::{client, holder_env, ok, spawn_holder};
 use lock_testkit::{RedisServer, unique_key};
-
-const URL: &str = "LOCK_TEST_HOLDER_URL";
-const NAME: &str = "LOCK_TEST_HOLDER_NAME";
 
 /// Run by `a_killed_holder_frees_the_lock_within_one_lease` in a child
 /// process: takes the lock, says so, and holds it until killed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "run as a child process by the crash test"]
 async fn holder_process() {
-    let (Ok(url), Ok(name)) = (std::env::var(URL), std::env::var(NAME)) else {
+    let Some((url, name)) = holder_env() else {
         return;
     };
     let locks = lock_runtime::LockClient::connect(&url)
@@ -38,21 +33,7 @@ async fn holder_process() {
 async fn a_killed_holder_frees_the_lock_within_one_lease() {
     let server = RedisServer::start();
     let name = unique_key("crash");
-    let mut child = Command::new(std::env::current_exe().unwrap())
-        .args(["holder_process", "--exact", "--ignored", "--nocapture"])
-        .env(URL, server.url())
-        .env(NAME, &name)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("spawn holder");
-    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-    let held = lines
-        .by_ref()
-        .map_while(Result::ok)
-        .find(|line| line.starts_with("HELD "))
-        .unwrap_or_else(|| panic!("holder never took the lock\n{}", server.log()));
-    let child_fence: u64 = held[5..].parse().unwrap();
+    let (mut child, child_fence) = spawn_holder(&server, "holder_process", &name);
 
     // Renewed while alive: still held after more than a lease.
     let locks = client(&server).await;

@@ -34,20 +34,9 @@ for i = 1, n do
     count = redis.call('HINCRBY', KEYS[i], 'count', 1)
     fence = tonumber(redis.call('HGET', KEYS[i], 'fence'))
     -- A nested holder may ask for a longer lease; never shorten the outer one.
-    if redis.call('PTTL', KEYS[i]) < tonumber(ARGV[2]) then
-      redis.call('PEXPIRE', KEYS[i], ARGV[2])
-    end
+    keep_for(KEYS[i], tonumber(ARGV[2]))
   else
-    fence = redis.call('INCR', KEYS[n + i])
-    if fence == 1 then
-      -- A new counter: first use of this slot, or the server lost its data
-      -- (restart without persistence, eviction). Start from the server clock
-      -- in microseconds, which is past every token handed out before, so that
-      -- tokens keep growing across the loss (see keys.rs).
-      local now = redis.call('TIME')
-      fence = tonumber(now[1]) * 1000000 + tonumber(now[2])
-      redis.call('SET', KEYS[n + i], string.format('%d', fence))
-    end
+    fence = next_fence(KEYS[n + i])
     count = 1
     redis.call('HSET', KEYS[i], 'owner', ARGV[1], 'count', 1, 'fence', fence)
     redis.call('PEXPIRE', KEYS[i], ARGV[2])

@@ -1,19 +1,35 @@
--- Extend many held locks in one round trip.
+-- Extend many held locks and permits in one round trip.
 --
--- KEYS[i]        a lock hash
--- ARGV[2i - 1]   the owner id expected on KEYS[i]
--- ARGV[2i]       its lease in milliseconds
+-- KEYS[2i - 1]   what is held: a lock hash, or a sorted set of holders
+-- KEYS[2i]       a key that must live as long (for a sorted set, its
+--                companion hash; for a lock hash, the hash again)
+-- ARGV[3i - 2]   "x" for a lock hash, "z" for a member of a sorted set
+-- ARGV[3i - 1]   the owner id expected
+-- ARGV[3i]       the lease in milliseconds
 --
--- Returns one integer per key: 1 renewed, 0 no longer held by that owner.
+-- Returns one integer per item: 1 renewed, 0 no longer held by that owner.
 local result = {}
-for i, key in ipairs(KEYS) do
+local now = nil
+for i = 1, #KEYS / 2 do
+  local key, companion = KEYS[2 * i - 1], KEYS[2 * i]
+  local kind, owner, lease = ARGV[3 * i - 2], ARGV[3 * i - 1], tonumber(ARGV[3 * i])
   -- A key overwritten with another type must fail alone, not the whole batch.
-  if redis.call('TYPE', key).ok == 'hash'
-      and redis.call('HGET', key, 'owner') == ARGV[2 * i - 1] then
-    redis.call('PEXPIRE', key, ARGV[2 * i])
-    result[i] = 1
-  else
-    result[i] = 0
+  local found = redis.call('TYPE', key).ok
+  result[i] = 0
+  if kind == 'x' then
+    if found == 'hash' and redis.call('HGET', key, 'owner') == owner then
+      redis.call('PEXPIRE', key, lease)
+      result[i] = 1
+    end
+  elseif found == 'zset' then
+    now = now or now_ms()
+    local score = redis.call('ZSCORE', key, owner)
+    if score and tonumber(score) > now then
+      redis.call('ZADD', key, now + lease, owner)
+      keep_for(key, lease)
+      keep_for(companion, lease)
+      result[i] = 1
+    end
   end
 end
 return result

@@ -43,3 +43,37 @@ pub async fn within<T>(
 pub fn ok<T>(server: &RedisServer, result: Result<T, LockError>) -> T {
     result.unwrap_or_else(|err| panic!("unexpected error: {err}\nserver log:\n{}", server.log()))
 }
+
+/// Environment of a holder child process: the server URL and the lock name.
+pub const HOLDER_URL: &str = "LOCK_TEST_HOLDER_URL";
+pub const HOLDER_NAME: &str = "LOCK_TEST_HOLDER_NAME";
+
+/// The URL and lock name when this process runs as a holder child.
+pub fn holder_env() -> Option<(String, String)> {
+    Some((
+        std::env::var(HOLDER_URL).ok()?,
+        std::env::var(HOLDER_NAME).ok()?,
+    ))
+}
+
+/// Re-runs this test binary's ignored test `test` as a child process that
+/// takes the lock `name`, and waits until it prints `HELD <fence>`.
+pub fn spawn_holder(server: &RedisServer, test: &str, name: &str) -> (std::process::Child, u64) {
+    use std::io::{BufRead, BufReader};
+    use std::process::{Command, Stdio};
+    let mut child = Command::new(std::env::current_exe().unwrap())
+        .args([test, "--exact", "--ignored", "--nocapture"])
+        .env(HOLDER_URL, server.url())
+        .env(HOLDER_NAME, name)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn holder");
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let held = lines
+        .by_ref()
+        .map_while(Result::ok)
+        .find(|line| line.starts_with("HELD "))
+        .unwrap_or_else(|| panic!("holder never took the lock\n{}", server.log()));
+    (child, held[5..].parse().unwrap())
+}
