@@ -13,6 +13,15 @@ pub fn default_client() -> Result<LockClient, LockError> {
     installed()
 }
 
+/// Which kind of lock an attribute asked for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// `key` or `keys`, exclusive (the default, and `mode = "write"`).
+    Exclusive,
+    /// `permits = N`: one of N permits of a semaphore.
+    Permits(u32),
+}
+
 /// Takes the lock `key`, with the attribute's lease and wait where given
 /// and the client's defaults elsewhere.
 pub async fn acquire(
@@ -21,7 +30,31 @@ pub async fn acquire(
     lease: Option<Duration>,
     wait: Option<Duration>,
 ) -> Result<LockGuard, LockError> {
-    let mut request = client.lock(key);
+    acquire_kind(client, Kind::Exclusive, vec![key], lease, wait).await
+}
+
+/// Takes a lock of `kind` over `keys` (several only for `Exclusive`), with
+/// the attribute's lease and wait where given and the client's defaults
+/// elsewhere.
+pub async fn acquire_kind(
+    client: &LockClient,
+    kind: Kind,
+    keys: Vec<String>,
+    lease: Option<Duration>,
+    wait: Option<Duration>,
+) -> Result<LockGuard, LockError> {
+    let mut request = match (kind, keys.len()) {
+        (Kind::Exclusive, _) => client.lock_all(keys),
+        (Kind::Permits(permits), 1) => {
+            let key = keys.into_iter().next().unwrap_or_default();
+            client.semaphore(key, permits)
+        }
+        (Kind::Permits(_), _) => {
+            return Err(LockError::Config(
+                "a semaphore is named by exactly one key".into(),
+            ));
+        }
+    };
     if let Some(lease) = lease {
         request = request.lease(lease);
     }
