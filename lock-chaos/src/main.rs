@@ -1,4 +1,69 @@
-//! Fault suite runner (being written).
-fn main() {
-    eprintln!("usage: cargo run --release -p lock-chaos");
+//! `lock-chaos`: the fault suite's command line. See the crate docs and `--help`.
+
+use std::process::ExitCode;
+
+use lock_chaos::options::{self, Parsed, USAGE};
+use lock_chaos::worker::{self, WorkerConfig};
+use lock_chaos::{checker, clock, orchestrator, report};
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.first().map(String::as_str) == Some("__worker") {
+        return match WorkerConfig::from_args(&args[1..]) {
+            Some(config) => worker::run(config),
+            None => {
+                eprintln!("lock-chaos: bad worker arguments {args:?}");
+                ExitCode::from(2)
+            }
+        };
+    }
+    let options = match options::parse(&args) {
+        Ok(Parsed::Run(options)) => options,
+        Ok(Parsed::Help) => {
+            println!("{USAGE}");
+            return ExitCode::SUCCESS;
+        }
+        Err(err) => {
+            eprintln!("lock-chaos: {err}\n\n{USAGE}");
+            return ExitCode::from(2);
+        }
+    };
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(err) => {
+            eprintln!("lock-chaos: cannot start a runtime: {err}");
+            return ExitCode::from(2);
+        }
+    };
+    eprintln!(
+        "lock-chaos: {} clients × {} tasks, {} keys, lease {:?}, faults for {:?} (seed {})",
+        options.clients, options.tasks, options.keys, options.lease, options.duration, options.seed
+    );
+    let t0 = clock::now_us();
+    let (history, info) = match runtime.block_on(orchestrator::run(&options)) {
+        Ok(done) => done,
+        Err(err) => {
+            eprintln!("lock-chaos: {err}");
+            return ExitCode::from(2);
+        }
+    };
+    let figures = checker::analyze(&history);
+    let text = report::markdown(&options, &info, &history, &figures, t0);
+    println!("{text}");
+    if let Some(path) = &options.report
+        && let Err(err) = std::fs::write(path, &text)
+    {
+        eprintln!("lock-chaos: cannot write {}: {err}", path.display());
+        return ExitCode::from(2);
+    }
+    if figures.is_safe() {
+        ExitCode::SUCCESS
+    } else {
+        eprintln!("lock-chaos: a safety figure is not 0");
+        ExitCode::FAILURE
+    }
 }

@@ -1,0 +1,733 @@
+//! The checker: turns what the run recorded into the published figures.
+//!
+//! Everything here is a pure function of the records, so that the
+//! definitions can be tested on hand-made histories (`tests/checker.rs`).
+//!
+//! # Definitions
+//!
+//! A holder's **unwarned interval** on a key runs from when `acquire()`
+//! returned its guard to the earliest of: when it began releasing, when it
+//! noticed `lost()`, and (for a killed worker) its death. One exception: a
+//! holder whose *process was frozen* (a stall fault blocked its runtime) when
+//! its validity deadline passed could not be told anything; its interval
+//! ends at that deadline. Overlaps that exist only because of that exception
+//! are reported apart, as *overlaps with a frozen holder*: no lock service
+//! can prevent them, and fencing is what must catch their writes.
+//!
+//! Two unwarned intervals on the same key that overlap in time are an
+//! **unwarned overlap**: two holders both believed they held the lock.
+
+use std::collections::{BTreeMap, HashMap};
+use std::fmt;
+
+use crate::record::{Call, FailKind, LossKind, ReleaseOutcome};
+
+/// How long after a stall ends a frozen holder still counts as frozen: the
+/// runtime needs a moment to run its watchdog and deliver `lost()`.
+pub const FROZEN_GRACE_US: i64 = 200_000;
+
+/// A loss notice later than this after the validity deadline is late.
+pub const LATE_NOTICE_US: i64 = 100_000;
+
+/// The kinds of fault the injector knows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum FaultKind {
+    /// SIGSTOP Redis for less than the lease, then SIGCONT.
+    RedisPauseShort,
+    /// SIGSTOP Redis for longer than the lease, then SIGCONT.
+    RedisPauseLong,
+    /// SIGKILL Redis and start it again on the same port at once (empty).
+    RedisRestart,
+    /// SIGKILL Redis and start it again after more than a lease (empty).
+    RedisRestartDelayed,
+    /// `CLIENT KILL TYPE normal` (and sometimes `TYPE pubsub`).
+    ClientKill,
+    /// `CLIENT PAUSE <ms>`.
+    ClientPause,
+    /// Delay all traffic through the proxy.
+    ProxyDelay,
+    /// Cut every proxied connection and refuse new ones for a while.
+    ProxyCut,
+    /// A worker blocks its runtime inside a critical section for longer
+    /// than the lease.
+    WorkerStall,
+    /// SIGKILL a worker inside a critical section, and start a new one.
+    WorkerKill,
+}
+
+impl FaultKind {
+    /// Every kind, in report order.
+    pub const ALL: [FaultKind; 10] = [
+        FaultKind::RedisPauseShort,
+        FaultKind::RedisPauseLong,
+        FaultKind::RedisRestart,
+        FaultKind::RedisRestartDelayed,
+        FaultKind::ClientKill,
+        FaultKind::ClientPause,
+        FaultKind::ProxyDelay,
+        FaultKind::ProxyCut,
+        FaultKind::WorkerStall,
+        FaultKind::WorkerKill,
+    ];
+
+    /// The name used on the command line and in reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            FaultKind::RedisPauseShort => "redis-pause-short",
+            FaultKind::RedisPauseLong => "redis-pause-long",
+            FaultKind::RedisRestart => "redis-restart",
+            FaultKind::RedisRestartDelayed => "redis-restart-delayed",
+            FaultKind::ClientKill => "client-kill",
+            FaultKind::ClientPause => "client-pause",
+            FaultKind::ProxyDelay => "proxy-delay",
+            FaultKind::ProxyCut => "proxy-cut",
+            FaultKind::WorkerStall => "worker-stall",
+            FaultKind::WorkerKill => "worker-kill",
+        }
+    }
+
+    /// What the fault does, for reports.
+    pub fn description(self) -> &'static str {
+        match self {
+            FaultKind::RedisPauseShort => "SIGSTOP Redis for 10–80 % of the lease, then SIGCONT",
+            FaultKind::RedisPauseLong => "SIGSTOP Redis for 1.2–3 leases, then SIGCONT",
+            FaultKind::RedisRestart => {
+                "SIGKILL Redis, restart it at once on the same port (no persistence: empty)"
+            }
+            FaultKind::RedisRestartDelayed => {
+                "SIGKILL Redis, restart it on the same port a lease + 0.5 s later (empty)"
+            }
+            FaultKind::ClientKill => "`CLIENT KILL TYPE normal` (half the time `TYPE pubsub` too)",
+            FaultKind::ClientPause => "`CLIENT PAUSE` for 0.2–2 leases",
+            FaultKind::ProxyDelay => {
+                "delay every byte through the proxy by 20 ms–0.6 lease, for 1–2.5 s"
+            }
+            FaultKind::ProxyCut => {
+                "cut every proxied connection, refuse new ones for 0.1–1.5 leases"
+            }
+            FaultKind::WorkerStall => {
+                "a worker blocks its runtime (std::thread::sleep) inside a critical section for 1.5–3 leases"
+            }
+            FaultKind::WorkerKill => {
+                "SIGKILL a worker inside a critical section (renewals running), start a new worker"
+            }
+        }
+    }
+
+    /// Parses a name printed by [`FaultKind::name`].
+    pub fn from_name(name: &str) -> Option<FaultKind> {
+        FaultKind::ALL.into_iter().find(|kind| kind.name() == name)
+    }
+}
+
+impl fmt::Display for FaultKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// Who held a lock: one critical section of one task of one worker.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Holder {
+    /// Worker id (a respawned worker gets a new one).
+    pub worker: u32,
+    /// Task number within the worker.
+    pub task: u32,
+    /// Critical-section number within the task.
+    pub seq: u64,
+}
+
+impl fmt::Display for Holder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "w{}.t{}#{}", self.worker, self.task, self.seq)
+    }
+}
+
+/// One critical section.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Section {
+    /// Who held it.
+    pub holder: Holder,
+    /// Key index.
+    pub key: u32,
+    /// Fencing token.
+    pub token: u64,
+    /// When `acquire()` was called (unknown for a killed worker).
+    pub start: Option<i64>,
+    /// When `acquire()` returned the guard.
+    pub acquired: i64,
+    /// When the holder began releasing, or when its process was killed.
+    pub end: i64,
+    /// Its process was killed while it held the lock.
+    pub killed: bool,
+    /// When it noticed `lost()`.
+    pub told: Option<i64>,
+    /// Why it was told.
+    pub reason: Option<LossKind>,
+    /// `valid_until()` when it was told.
+    pub valid_at_told: Option<i64>,
+    /// `valid_until()` when it stopped (unknown for a killed worker).
+    pub valid_end: Option<i64>,
+}
+
+impl Section {
+    /// The validity deadline that was last in force.
+    fn deadline(&self) -> Option<i64> {
+        self.valid_at_told.or(self.valid_end)
+    }
+
+    /// End of the interval ignoring the frozen-holder exception.
+    fn raw_end(&self) -> i64 {
+        self.told.map_or(self.end, |told| told.min(self.end))
+    }
+}
+
+/// One write the fenced resource received, in the order it received them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Write {
+    /// When it arrived.
+    pub at: i64,
+    /// Who wrote.
+    pub holder: Holder,
+    /// Key index.
+    pub key: u32,
+    /// The writer's token.
+    pub token: u64,
+    /// Begin marker (`true`) or end marker.
+    pub begin: bool,
+    /// Whether the resource accepted it.
+    pub accepted: bool,
+    /// When the writer's `acquire()` returned (as the writer said).
+    pub acquired: i64,
+}
+
+/// A time a worker blocked its own runtime.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Stall {
+    /// Worker id.
+    pub worker: u32,
+    /// Start of the blocking sleep.
+    pub start: i64,
+    /// End of it.
+    pub end: i64,
+}
+
+/// One injected fault.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Fault {
+    /// Its kind.
+    pub kind: FaultKind,
+    /// When it began.
+    pub start: i64,
+    /// When it was over.
+    pub end: i64,
+    /// Its parameters, for the log.
+    pub detail: String,
+}
+
+/// What the orchestrator saw of the locks of a worker it killed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CrashCheck {
+    /// The killed worker.
+    pub worker: u32,
+    /// The key its parked task held.
+    pub key: u32,
+    /// When it was killed.
+    pub killed_at: i64,
+    /// `PTTL` of that lock key right after the kill (`None`: could not ask).
+    pub pttl_ms: Option<i64>,
+    /// Whether the key was still owned by the dead worker right after the kill.
+    pub owned_at_kill: bool,
+    /// Locks still owned by the dead worker a lease (plus slack) after the
+    /// kill (`None`: could not ask).
+    pub held_after_lease: Option<u32>,
+}
+
+/// A call the worker's watchdog abandoned.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Hang {
+    /// Worker id.
+    pub worker: u32,
+    /// Which call.
+    pub call: Call,
+    /// Key index.
+    pub key: u32,
+    /// When it was called.
+    pub start: i64,
+    /// The limit it exceeded.
+    pub limit_ms: u64,
+}
+
+/// Everything a run recorded.
+#[derive(Debug, Clone, Default)]
+pub struct History {
+    /// Lease of every lock, in microseconds.
+    pub lease_us: i64,
+    /// Critical sections.
+    pub sections: Vec<Section>,
+    /// Writes, in the order the resource received them.
+    pub writes: Vec<Write>,
+    /// Stalls of worker runtimes.
+    pub stalls: Vec<Stall>,
+    /// Injected faults.
+    pub faults: Vec<Fault>,
+    /// Checks after killing workers.
+    pub crashes: Vec<CrashCheck>,
+    /// Acquires that returned an error, by kind.
+    pub failures: BTreeMap<FailKind, u64>,
+    /// Releases by outcome.
+    pub releases: BTreeMap<ReleaseOutcome, u64>,
+    /// Abandoned calls.
+    pub hangs: Vec<Hang>,
+    /// Lock keys still held once every worker had stopped and a lease had passed.
+    pub leftover: Option<u32>,
+    /// Workers that exited without being told to.
+    pub unexpected_exits: u32,
+}
+
+/// Two holders that overlapped.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Overlap {
+    /// Key index.
+    pub key: u32,
+    /// The earlier holder.
+    pub first: Holder,
+    /// Its token.
+    pub first_token: u64,
+    /// When it acquired.
+    pub first_acquired: i64,
+    /// When its unwarned interval ended (told, released, deadline or death).
+    pub first_end: i64,
+    /// Whether and why it was told, eventually.
+    pub first_reason: Option<LossKind>,
+    /// When it was told, if it was.
+    pub first_told: Option<i64>,
+    /// The later holder.
+    pub second: Holder,
+    /// Its token.
+    pub second_token: u64,
+    /// When it acquired: the overlap began here.
+    pub second_acquired: i64,
+    /// How long both believed they held the lock, in microseconds.
+    pub overlap_us: i64,
+    /// Faults active around the overlap (within a lease).
+    pub faults: Vec<FaultKind>,
+    /// The last fault injected before the overlap began.
+    pub last_fault: Option<FaultKind>,
+}
+
+/// A fencing token that was not greater than an earlier token of its key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Regression {
+    /// Key index.
+    pub key: u32,
+    /// The holder with the low token.
+    pub holder: Holder,
+    /// Its token.
+    pub token: u64,
+    /// When it acquired.
+    pub acquired: i64,
+    /// The largest earlier token of the key.
+    pub earlier_max: u64,
+    /// Faults active in the lease before the acquisition.
+    pub faults: Vec<FaultKind>,
+}
+
+/// An accepted write although another holder had already written with an
+/// equal or greater token.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StaleWrite {
+    /// The write.
+    pub write: Write,
+    /// The other holder's token that should have stopped it.
+    pub other_token: u64,
+}
+
+/// Summary statistics of a set of durations, in milliseconds.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct Spread {
+    /// How many.
+    pub count: usize,
+    /// Smallest.
+    pub min: f64,
+    /// Median.
+    pub p50: f64,
+    /// 99th percentile.
+    pub p99: f64,
+    /// Largest.
+    pub max: f64,
+}
+
+impl Spread {
+    /// Statistics of `values` (microseconds), reported in milliseconds.
+    pub fn of(mut values: Vec<i64>) -> Spread {
+        if values.is_empty() {
+            return Spread::default();
+        }
+        values.sort_unstable();
+        let at = |q: f64| {
+            let i = ((values.len() - 1) as f64 * q).round() as usize;
+            values[i] as f64 / 1000.0
+        };
+        Spread {
+            count: values.len(),
+            min: at(0.0),
+            p50: at(0.5),
+            p99: at(0.99),
+            max: at(1.0),
+        }
+    }
+}
+
+/// The figures of a run.
+#[derive(Debug, Clone, Default)]
+pub struct Figures {
+    /// Critical sections entered.
+    pub acquisitions: usize,
+    /// Acquires that returned an error, by kind.
+    pub failures: BTreeMap<FailKind, u64>,
+    /// Releases by outcome.
+    pub releases: BTreeMap<ReleaseOutcome, u64>,
+    /// Faults injected, by kind.
+    pub faults: BTreeMap<FaultKind, u64>,
+    /// Writes the resource accepted.
+    pub writes_accepted: usize,
+    /// **Safety**: overlapping unwarned intervals.
+    pub unwarned_overlaps: Vec<Overlap>,
+    /// Overlaps only with a holder that was frozen past its deadline.
+    pub frozen_overlaps: Vec<Overlap>,
+    /// **Safety**: writes accepted although another holder had written with
+    /// an equal or greater token before.
+    pub stale_accepted: Vec<StaleWrite>,
+    /// **Safety**: tokens not greater than an earlier token of their key.
+    pub token_regressions: Vec<Regression>,
+    /// Writes rejected after their writer's unwarned interval ended (or
+    /// while it was frozen): the fence doing its job.
+    pub stale_rejected: usize,
+    /// Writes rejected while their writer still held the lock (unwarned, not
+    /// frozen): only a token that went backwards can cause this.
+    pub current_rejected: usize,
+    /// Holders told of loss, by reason: validity deadline minus notice time.
+    pub notices: BTreeMap<LossKind, Spread>,
+    /// Holders told only after their frozen process thawed: deadline minus
+    /// notice time.
+    pub frozen_notices: Spread,
+    /// Notices more than [`LATE_NOTICE_US`] after the deadline, or holders
+    /// that ran that far past their deadline untold, while not frozen.
+    pub late_notices: usize,
+    /// Workers killed inside a critical section.
+    pub crashes: usize,
+    /// Crashed holders whose lock Redis still showed as theirs right after
+    /// the kill (the kill did land inside a held critical section).
+    pub crashes_holding: usize,
+    /// Largest PTTL of a crashed holder's lock right after the kill (ms).
+    pub crash_max_pttl_ms: Option<i64>,
+    /// **Safety**: crashed holders' locks with a PTTL above the lease, or
+    /// still held by the dead worker a lease (plus slack) after the kill.
+    pub held_past_crash: usize,
+    /// Crash checks that could not ask Redis.
+    pub crash_unchecked: usize,
+    /// **Safety**: acquires that neither returned a guard nor an error in
+    /// time (waiters never woken).
+    pub hung_acquires: usize,
+    /// Releases that did not return in time.
+    pub hung_releases: usize,
+    /// Holders told of loss.
+    pub told: usize,
+    /// Time from a release to the acquisition of a waiter, outside faults.
+    pub handoff: Spread,
+    /// Lock keys left once every worker had stopped and a lease had passed.
+    pub leftover: Option<u32>,
+    /// Workers that exited without being told to.
+    pub unexpected_exits: u32,
+}
+
+impl Figures {
+    /// The safety figures that must be 0, with their names.
+    pub fn safety(&self) -> [(&'static str, usize); 5] {
+        [
+            (
+                "overlapping critical sections among holders not told of loss",
+                self.unwarned_overlaps.len(),
+            ),
+            (
+                "stale-token writes the resource accepted",
+                self.stale_accepted.len(),
+            ),
+            (
+                "fencing tokens not above an earlier token of the key",
+                self.token_regressions.len(),
+            ),
+            (
+                "locks held past a crashed holder's lease",
+                self.held_past_crash,
+            ),
+            (
+                "waiters never woken (acquire returned nothing within wait + slack)",
+                self.hung_acquires,
+            ),
+        ]
+    }
+
+    /// Whether every safety figure is 0.
+    pub fn is_safe(&self) -> bool {
+        self.safety().iter().all(|(_, n)| *n == 0)
+    }
+}
+
+/// Faults whose window, widened by `margin` on both sides, contains `at`.
+fn faults_near(faults: &[Fault], at: i64, margin: i64) -> Vec<FaultKind> {
+    let mut kinds: Vec<FaultKind> = faults
+        .iter()
+        .filter(|f| f.start - margin <= at && at <= f.end + margin)
+        .map(|f| f.kind)
+        .collect();
+    kinds.sort();
+    kinds.dedup();
+    kinds
+}
+
+/// The last fault that began at or before `at`.
+fn last_fault(faults: &[Fault], at: i64) -> Option<FaultKind> {
+    faults
+        .iter()
+        .filter(|f| f.start <= at)
+        .max_by_key(|f| f.start)
+        .map(|f| f.kind)
+}
+
+/// Whether a stall of `worker` covers `at` (with the grace after it).
+fn frozen_at(stalls: &[Stall], worker: u32, at: i64) -> bool {
+    stalls
+        .iter()
+        .any(|s| s.worker == worker && s.start <= at && at <= s.end + FROZEN_GRACE_US)
+}
+
+/// End of a section's unwarned interval (see the module docs).
+pub fn claim_end(section: &Section, stalls: &[Stall]) -> i64 {
+    let raw = section.raw_end();
+    match section.deadline() {
+        Some(deadline) if deadline < raw && frozen_at(stalls, section.holder.worker, deadline) => {
+            deadline
+        }
+        _ => raw,
+    }
+}
+
+/// Computes every figure of a run.
+pub fn analyze(history: &History) -> Figures {
+    let mut figures = Figures {
+        acquisitions: history.sections.len(),
+        failures: history.failures.clone(),
+        releases: history.releases.clone(),
+        leftover: history.leftover,
+        unexpected_exits: history.unexpected_exits,
+        ..Figures::default()
+    };
+    for fault in &history.faults {
+        *figures.faults.entry(fault.kind).or_default() += 1;
+    }
+    let lease = history.lease_us;
+
+    let mut by_key: BTreeMap<u32, Vec<&Section>> = BTreeMap::new();
+    for section in &history.sections {
+        by_key.entry(section.key).or_default().push(section);
+    }
+    for sections in by_key.values_mut() {
+        sections.sort_by_key(|s| (s.acquired, s.holder));
+    }
+
+    overlaps(history, &by_key, &mut figures);
+    regressions(history, &by_key, &mut figures);
+    fencing(history, &mut figures);
+    notices(history, &mut figures);
+    handoffs(history, &by_key, &mut figures);
+
+    figures.crashes = history.crashes.len();
+    for crash in &history.crashes {
+        figures.crashes_holding += usize::from(crash.owned_at_kill);
+        figures.crash_max_pttl_ms = figures.crash_max_pttl_ms.max(crash.pttl_ms);
+        let lease_ms = lease / 1000;
+        let pttl_bad = crash.pttl_ms.is_some_and(|p| p == -1 || p > lease_ms);
+        let held_bad = crash.held_after_lease.is_some_and(|n| n > 0);
+        if pttl_bad || held_bad {
+            figures.held_past_crash += 1;
+        }
+        if crash.pttl_ms.is_none() || crash.held_after_lease.is_none() {
+            figures.crash_unchecked += 1;
+        }
+    }
+    for hang in &history.hangs {
+        match hang.call {
+            Call::Acquire => figures.hung_acquires += 1,
+            Call::Release => figures.hung_releases += 1,
+        }
+    }
+    figures
+}
+
+fn overlaps(history: &History, by_key: &BTreeMap<u32, Vec<&Section>>, figures: &mut Figures) {
+    for (&key, sections) in by_key {
+        // Earlier sections whose interval may still be open.
+        let mut open: Vec<(&Section, i64, i64)> = Vec::new();
+        for &later in sections {
+            let at = later.acquired;
+            open.retain(|&(_, _, raw)| raw > at);
+            let later_end = claim_end(later, &history.stalls);
+            if later_end > at {
+                for &(first, first_end, first_raw) in &open {
+                    let overlap = Overlap {
+                        key,
+                        first: first.holder,
+                        first_token: first.token,
+                        first_acquired: first.acquired,
+                        first_end,
+                        first_reason: first.reason,
+                        first_told: first.told,
+                        second: later.holder,
+                        second_token: later.token,
+                        second_acquired: at,
+                        overlap_us: first_end.min(later_end) - at,
+                        faults: faults_near(&history.faults, at, history.lease_us),
+                        last_fault: last_fault(&history.faults, at),
+                    };
+                    if first_end > at {
+                        figures.unwarned_overlaps.push(overlap);
+                    } else if first_raw > at {
+                        figures.frozen_overlaps.push(Overlap {
+                            overlap_us: first_raw.min(later_end) - at,
+                            ..overlap
+                        });
+                    }
+                }
+            }
+            open.push((later, later_end, later.raw_end().max(later_end)));
+        }
+    }
+}
+
+fn regressions(history: &History, by_key: &BTreeMap<u32, Vec<&Section>>, figures: &mut Figures) {
+    for (&key, sections) in by_key {
+        let mut max: Option<u64> = None;
+        for section in sections {
+            if let Some(earlier_max) = max
+                && section.token <= earlier_max
+            {
+                figures.token_regressions.push(Regression {
+                    key,
+                    holder: section.holder,
+                    token: section.token,
+                    acquired: section.acquired,
+                    earlier_max,
+                    faults: faults_near(
+                        &history.faults,
+                        section.acquired - history.lease_us / 2,
+                        history.lease_us / 2,
+                    ),
+                });
+            }
+            max = max.max(Some(section.token));
+        }
+    }
+}
+
+fn fencing(history: &History, figures: &mut Figures) {
+    let claims: HashMap<Holder, (i64, i64)> = history
+        .sections
+        .iter()
+        .map(|s| (s.holder, (s.acquired, claim_end(s, &history.stalls))))
+        .collect();
+    // Per key: the best accepted (token, holder) and the best token of
+    // another holder than that one.
+    let mut best: HashMap<u32, ((u64, Holder), Option<u64>)> = HashMap::new();
+    for write in &history.writes {
+        if !write.accepted {
+            match claims.get(&write.holder) {
+                Some(&(acquired, end)) if acquired <= write.at && write.at < end => {
+                    figures.current_rejected += 1
+                }
+                _ => figures.stale_rejected += 1,
+            }
+            continue;
+        }
+        figures.writes_accepted += 1;
+        let entry = best.entry(write.key);
+        let slot = entry.or_insert(((write.token, write.holder), None));
+        let ((top, top_holder), second) = *slot;
+        let other = if top_holder != write.holder {
+            Some(top)
+        } else {
+            second
+        };
+        if let Some(other_token) = other
+            && other_token >= write.token
+        {
+            figures.stale_accepted.push(StaleWrite {
+                write: *write,
+                other_token,
+            });
+        }
+        // Keep the top two tokens of distinct holders.
+        if top_holder == write.holder {
+            slot.0.0 = top.max(write.token);
+        } else if write.token > top {
+            *slot = ((write.token, write.holder), Some(top));
+        } else {
+            slot.1 = Some(second.map_or(write.token, |s| s.max(write.token)));
+        }
+    }
+}
+
+fn notices(history: &History, figures: &mut Figures) {
+    let mut margins: BTreeMap<LossKind, Vec<i64>> = BTreeMap::new();
+    let mut frozen = Vec::new();
+    for section in &history.sections {
+        let worker = section.holder.worker;
+        if let (Some(told), Some(reason)) = (section.told, section.reason) {
+            figures.told += 1;
+            if let Some(deadline) = section.valid_at_told {
+                if frozen_at(&history.stalls, worker, deadline) {
+                    frozen.push(deadline - told);
+                } else {
+                    margins.entry(reason).or_default().push(deadline - told);
+                    if told - deadline > LATE_NOTICE_US {
+                        figures.late_notices += 1;
+                    }
+                }
+            }
+        } else if !section.killed
+            && let Some(deadline) = section.valid_end
+            && section.end - deadline > LATE_NOTICE_US
+            && !frozen_at(&history.stalls, worker, deadline)
+        {
+            figures.late_notices += 1;
+        }
+    }
+    figures.notices = margins
+        .into_iter()
+        .map(|(reason, values)| (reason, Spread::of(values)))
+        .collect();
+    figures.frozen_notices = Spread::of(frozen);
+}
+
+fn handoffs(history: &History, by_key: &BTreeMap<u32, Vec<&Section>>, figures: &mut Figures) {
+    let mut values = Vec::new();
+    for sections in by_key.values() {
+        for pair in sections.windows(2) {
+            let (prev, next) = (pair[0], pair[1]);
+            let released = prev.end;
+            let waiting = next.start.is_some_and(|start| start < released);
+            if prev.killed || prev.told.is_some() || !waiting || next.acquired < released {
+                continue;
+            }
+            let quiet = history
+                .faults
+                .iter()
+                .all(|f| f.end + history.lease_us < released || f.start > next.acquired);
+            if quiet {
+                values.push(next.acquired - released);
+            }
+        }
+    }
+    figures.handoff = Spread::of(values);
+}

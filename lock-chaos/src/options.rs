@@ -1,0 +1,236 @@
+//! Command-line options of the orchestrator.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use crate::checker::FaultKind;
+
+/// Usage text.
+pub const USAGE: &str = "\
+lock-chaos: fault suite for lock-runtime
+
+USAGE:
+    cargo run --release -p lock-chaos -- [OPTIONS]
+
+OPTIONS:
+    --duration <D>         how long to inject faults (default 240s; 60s with --ci)
+    --clients <N>          client processes (default 4)
+    --tasks <N>            tasks per client process (default 4)
+    --keys <N>             lock names the tasks contend for (default 3)
+    --lease <D>            lease of every lock (default 1s)
+    --wait <D>             wait of every acquire (default 2s)
+    --command-timeout <D>  the clients' command timeout (default 300ms)
+    --seed <N>             seed of the fault plan and the workload (default 1)
+    --faults <LIST>        comma-separated fault kinds to inject (default all):
+                           redis-pause-short, redis-pause-long, redis-restart,
+                           redis-restart-delayed, client-kill, client-pause,
+                           proxy-delay, proxy-cut, worker-stall, worker-kill
+    --report <PATH>        write the figures as Markdown to PATH (e.g. RELIABILITY.md)
+    --ci                   the short run for CI
+    -h, --help             this text
+
+Durations: 500ms, 1s, 1.5s, 2m, 1m30s. The exit code is 1 when a safety figure
+is not 0, 2 when the run could not be carried out.";
+
+/// What to run.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Options {
+    /// How long faults are injected.
+    pub duration: Duration,
+    /// Client processes.
+    pub clients: u32,
+    /// Tasks per client process.
+    pub tasks: u32,
+    /// Lock names.
+    pub keys: u32,
+    /// Lease of every lock.
+    pub lease: Duration,
+    /// Wait of every acquire.
+    pub wait: Duration,
+    /// The clients' command timeout.
+    pub command_timeout: Duration,
+    /// Seed.
+    pub seed: u64,
+    /// Fault kinds to inject.
+    pub faults: Vec<FaultKind>,
+    /// Where to write the Markdown report.
+    pub report: Option<PathBuf>,
+    /// The short CI run.
+    pub ci: bool,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            duration: Duration::from_secs(240),
+            clients: 4,
+            tasks: 4,
+            keys: 3,
+            lease: Duration::from_secs(1),
+            wait: Duration::from_secs(2),
+            command_timeout: Duration::from_millis(300),
+            seed: 1,
+            faults: FaultKind::ALL.to_vec(),
+            report: None,
+            ci: false,
+        }
+    }
+}
+
+/// What the command line asks for.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Parsed {
+    /// Run with these options.
+    Run(Options),
+    /// Print the usage.
+    Help,
+}
+
+/// Parses a duration such as `500ms`, `1s`, `1.5s`, `2m` or `1m30s`.
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    let bad = || format!("bad duration `{text}` (try 500ms, 1s, 2m, 1m30s)");
+    let mut total = Duration::ZERO;
+    let mut rest = text.trim();
+    if rest.is_empty() {
+        return Err(bad());
+    }
+    while !rest.is_empty() {
+        let digits = rest
+            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .ok_or_else(bad)?;
+        let (number, tail) = rest.split_at(digits);
+        let unit_len = tail
+            .find(|c: char| c.is_ascii_digit())
+            .unwrap_or(tail.len());
+        let (unit, tail) = tail.split_at(unit_len);
+        let value: f64 = number.parse().map_err(|_| bad())?;
+        let seconds = match unit {
+            "ms" => value / 1000.0,
+            "s" => value,
+            "m" => value * 60.0,
+            "h" => value * 3600.0,
+            _ => return Err(bad()),
+        };
+        total += Duration::try_from_secs_f64(seconds).map_err(|_| bad())?;
+        rest = tail;
+    }
+    Ok(total)
+}
+
+/// Parses the arguments after the program name.
+pub fn parse(args: &[String]) -> Result<Parsed, String> {
+    let mut options = Options::default();
+    let mut duration = None;
+    let mut args = args.iter();
+    while let Some(arg) = args.next() {
+        let (flag, inline) = match arg.split_once('=') {
+            Some((flag, value)) if flag.starts_with("--") => (flag, Some(value.to_owned())),
+            _ => (arg.as_str(), None),
+        };
+        let mut value = || {
+            inline
+                .clone()
+                .or_else(|| args.next().cloned())
+                .ok_or_else(|| format!("`{flag}` needs a value"))
+        };
+        let number = |v: String| {
+            v.parse::<u64>()
+                .map_err(|_| format!("`{flag}` needs a whole number, not `{v}`"))
+        };
+        let count = |v: String| match number(v)? {
+            0 => Err(format!("`{flag}` must be at least 1")),
+            n => u32::try_from(n).map_err(|_| format!("`{flag}` is too large")),
+        };
+        match flag {
+            "-h" | "--help" => return Ok(Parsed::Help),
+            "--ci" => options.ci = true,
+            "--duration" => duration = Some(parse_duration(&value()?)?),
+            "--clients" => options.clients = count(value()?)?,
+            "--tasks" => options.tasks = count(value()?)?,
+            "--keys" => options.keys = count(value()?)?,
+            "--lease" => options.lease = parse_duration(&value()?)?,
+            "--wait" => options.wait = parse_duration(&value()?)?,
+            "--command-timeout" => options.command_timeout = parse_duration(&value()?)?,
+            "--seed" => options.seed = number(value()?)?,
+            "--report" => options.report = Some(PathBuf::from(value()?)),
+            "--faults" => {
+                options.faults = value()?
+                    .split(',')
+                    .filter(|name| !name.is_empty())
+                    .map(|name| {
+                        FaultKind::from_name(name.trim())
+                            .ok_or_else(|| format!("unknown fault kind `{name}`"))
+                    })
+                    .collect::<Result<_, _>>()?;
+                if options.faults.is_empty() {
+                    return Err("`--faults` names no fault kind".into());
+                }
+            }
+            other => return Err(format!("unknown option `{other}`")),
+        }
+    }
+    options.duration = duration.unwrap_or(if options.ci {
+        Duration::from_secs(60)
+    } else {
+        options.duration
+    });
+    if options.lease < Duration::from_millis(300) {
+        return Err("`--lease` must be at least 300ms".into());
+    }
+    if options.command_timeout.is_zero() {
+        return Err("`--command-timeout` must be longer than 0".into());
+    }
+    Ok(Parsed::Run(options))
+}
+
+impl Options {
+    /// The command line that reproduces this run.
+    pub fn command(&self) -> String {
+        let defaults = Options::default();
+        let mut parts = vec!["cargo run --release -p lock-chaos --".to_owned()];
+        if self.ci {
+            parts.push("--ci".into());
+        }
+        let default_duration = if self.ci {
+            Duration::from_secs(60)
+        } else {
+            defaults.duration
+        };
+        let mut flag = |name: &str, value: String, default: String| {
+            if value != default {
+                parts.push(format!("--{name} {value}"));
+            }
+        };
+        let d = |d: Duration| {
+            let ms = d.as_millis();
+            if ms.is_multiple_of(1000) {
+                format!("{}s", ms / 1000)
+            } else {
+                format!("{ms}ms")
+            }
+        };
+        flag("duration", d(self.duration), d(default_duration));
+        flag(
+            "clients",
+            self.clients.to_string(),
+            defaults.clients.to_string(),
+        );
+        flag("tasks", self.tasks.to_string(), defaults.tasks.to_string());
+        flag("keys", self.keys.to_string(), defaults.keys.to_string());
+        flag("lease", d(self.lease), d(defaults.lease));
+        flag("wait", d(self.wait), d(defaults.wait));
+        flag(
+            "command-timeout",
+            d(self.command_timeout),
+            d(defaults.command_timeout),
+        );
+        flag("seed", self.seed.to_string(), defaults.seed.to_string());
+        let names =
+            |kinds: &[FaultKind]| kinds.iter().map(|k| k.name()).collect::<Vec<_>>().join(",");
+        flag("faults", names(&self.faults), names(&defaults.faults));
+        if let Some(report) = &self.report {
+            parts.push(format!("--report {}", report.display()));
+        }
+        parts.join(" ")
+    }
+}

@@ -1,0 +1,409 @@
+//! What workers tell the orchestrator, as one compact text line each.
+//!
+//! Workers print these lines on stdout; the orchestrator reads them, tags
+//! them with the worker's id and hands them to the checker. Every time is
+//! [`clock::now_us`](crate::clock::now_us). A missing value is `-`.
+
+use std::fmt;
+use std::str::SplitWhitespace;
+
+/// Why a holder was told its lock was lost (from `lock_runtime::LossReason`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum LossKind {
+    /// A renewal found the lock gone or held by another owner.
+    NotHeld,
+    /// No renewal was confirmed before the validity deadline.
+    Expired,
+    /// Releasing found the lock already gone.
+    AtRelease,
+    /// A reason this suite does not know.
+    Other,
+}
+
+impl LossKind {
+    fn code(self) -> &'static str {
+        match self {
+            LossKind::NotHeld => "nh",
+            LossKind::Expired => "ex",
+            LossKind::AtRelease => "ar",
+            LossKind::Other => "ot",
+        }
+    }
+
+    fn from_code(code: &str) -> Option<LossKind> {
+        Some(match code {
+            "nh" => LossKind::NotHeld,
+            "ex" => LossKind::Expired,
+            "ar" => LossKind::AtRelease,
+            "ot" => LossKind::Other,
+            _ => return None,
+        })
+    }
+
+    /// A name for reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            LossKind::NotHeld => "renewal found it gone (NotHeld)",
+            LossKind::Expired => "validity deadline passed (Expired)",
+            LossKind::AtRelease => "gone at release (NotHeldAtRelease)",
+            LossKind::Other => "other",
+        }
+    }
+}
+
+/// One critical section as its holder saw it, printed when the holder stops
+/// (before it sends the release, so that a crash right after loses nothing).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SectionLine {
+    /// Task number within the worker.
+    pub task: u32,
+    /// Critical-section number within the task, from 1.
+    pub seq: u64,
+    /// Index of the lock name (`k<index>`).
+    pub key: u32,
+    /// The fencing token.
+    pub token: u64,
+    /// When `acquire()` was called.
+    pub start: i64,
+    /// When `acquire()` returned the guard.
+    pub acquired: i64,
+    /// When the holder stopped: it is about to send the release.
+    pub release: i64,
+    /// When the holder noticed `lost()`, if it did.
+    pub told: Option<i64>,
+    /// Why, if it was told.
+    pub reason: Option<LossKind>,
+    /// `guard.valid_until()` when it was told.
+    pub valid_at_told: Option<i64>,
+    /// `guard.valid_until()` when it stopped.
+    pub valid_end: i64,
+}
+
+/// How an acquire ended without a guard.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum FailKind {
+    /// `LockError::Timeout`: the lock stayed held for the whole wait.
+    Timeout,
+    /// Redis unreachable or too slow (`is_unavailable()`).
+    Unavailable,
+    /// Any other error.
+    Other,
+}
+
+impl FailKind {
+    fn code(self) -> &'static str {
+        match self {
+            FailKind::Timeout => "to",
+            FailKind::Unavailable => "un",
+            FailKind::Other => "ot",
+        }
+    }
+
+    fn from_code(code: &str) -> Option<FailKind> {
+        Some(match code {
+            "to" => FailKind::Timeout,
+            "un" => FailKind::Unavailable,
+            "ot" => FailKind::Other,
+            _ => return None,
+        })
+    }
+}
+
+/// What a release returned.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum ReleaseOutcome {
+    /// `Ok(())`.
+    Ok,
+    /// `LockError::Lost`.
+    Lost,
+    /// Any other error (Redis unreachable: the lease runs out instead).
+    Error,
+}
+
+/// A call the worker's watchdog gave up on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Call {
+    /// `acquire()`.
+    Acquire,
+    /// `release()`.
+    Release,
+}
+
+/// One line from a worker.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum WorkerLine {
+    /// `I <uuid>`: the worker is connected; its lock owner ids start with this uuid.
+    Hello {
+        /// The `LockClient::id()`.
+        client: String,
+    },
+    /// `C ...`: a critical section.
+    Section(SectionLine),
+    /// `D <task> <seq> <ok|lost|err>`: what its release returned.
+    Released {
+        /// Task number.
+        task: u32,
+        /// Section number.
+        seq: u64,
+        /// The outcome.
+        outcome: ReleaseOutcome,
+    },
+    /// `F <task> <key> <kind> <start> <end>`: an acquire that returned an error.
+    Failed {
+        /// Task number.
+        task: u32,
+        /// Key index.
+        key: u32,
+        /// What kind of error.
+        kind: FailKind,
+        /// When it was called.
+        start: i64,
+        /// When it returned.
+        end: i64,
+    },
+    /// `H <task> <key> <acquire|release> <start> <limit_ms>`: a call that did
+    /// not return within its limit (its wait plus slack) and was abandoned.
+    Hung {
+        /// Task number.
+        task: u32,
+        /// Key index.
+        key: u32,
+        /// Which call.
+        call: Call,
+        /// When it was called.
+        start: i64,
+        /// The limit it exceeded, in milliseconds.
+        limit_ms: u64,
+    },
+    /// `S <start> <end>`: the worker blocked its runtime (a stall fault).
+    Stalled {
+        /// When the blocking sleep began.
+        start: i64,
+        /// When it ended.
+        end: i64,
+    },
+    /// `P <task> <key> <token>`: a task is parked inside a critical section,
+    /// ready to be killed.
+    Parked {
+        /// Task number.
+        task: u32,
+        /// Key index.
+        key: u32,
+        /// The fencing token it holds.
+        token: u64,
+    },
+}
+
+struct Opt<T>(Option<T>);
+
+impl<T: fmt::Display> fmt::Display for Opt<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.0 {
+            Some(v) => v.fmt(f),
+            None => f.write_str("-"),
+        }
+    }
+}
+
+impl fmt::Display for WorkerLine {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            WorkerLine::Hello { client } => write!(f, "I {client}"),
+            WorkerLine::Section(s) => write!(
+                f,
+                "C {} {} {} {} {} {} {} {} {} {} {}",
+                s.task,
+                s.seq,
+                s.key,
+                s.token,
+                s.start,
+                s.acquired,
+                s.release,
+                Opt(s.told),
+                Opt(s.reason.map(LossKind::code)),
+                Opt(s.valid_at_told),
+                s.valid_end
+            ),
+            WorkerLine::Released { task, seq, outcome } => {
+                let outcome = match outcome {
+                    ReleaseOutcome::Ok => "ok",
+                    ReleaseOutcome::Lost => "lost",
+                    ReleaseOutcome::Error => "err",
+                };
+                write!(f, "D {task} {seq} {outcome}")
+            }
+            WorkerLine::Failed {
+                task,
+                key,
+                kind,
+                start,
+                end,
+            } => write!(f, "F {task} {key} {} {start} {end}", kind.code()),
+            WorkerLine::Hung {
+                task,
+                key,
+                call,
+                start,
+                limit_ms,
+            } => {
+                let call = match call {
+                    Call::Acquire => "acquire",
+                    Call::Release => "release",
+                };
+                write!(f, "H {task} {key} {call} {start} {limit_ms}")
+            }
+            WorkerLine::Stalled { start, end } => write!(f, "S {start} {end}"),
+            WorkerLine::Parked { task, key, token } => write!(f, "P {task} {key} {token}"),
+        }
+    }
+}
+
+struct Fields<'a>(SplitWhitespace<'a>);
+
+impl Fields<'_> {
+    fn next<T: std::str::FromStr>(&mut self) -> Option<T> {
+        self.0.next()?.parse().ok()
+    }
+
+    fn opt<T: std::str::FromStr>(&mut self) -> Option<Option<T>> {
+        match self.0.next()? {
+            "-" => Some(None),
+            v => v.parse().ok().map(Some),
+        }
+    }
+
+    fn word(&mut self) -> Option<&str> {
+        self.0.next()
+    }
+
+    fn done(&mut self) -> Option<()> {
+        self.0.next().is_none().then_some(())
+    }
+}
+
+impl WorkerLine {
+    /// Parses a line printed by a worker; `None` for anything else.
+    pub fn parse(line: &str) -> Option<WorkerLine> {
+        let mut f = Fields(line.split_whitespace());
+        let line = match f.word()? {
+            "I" => WorkerLine::Hello {
+                client: f.word()?.to_owned(),
+            },
+            "C" => WorkerLine::Section(SectionLine {
+                task: f.next()?,
+                seq: f.next()?,
+                key: f.next()?,
+                token: f.next()?,
+                start: f.next()?,
+                acquired: f.next()?,
+                release: f.next()?,
+                told: f.opt()?,
+                reason: match f.word()? {
+                    "-" => None,
+                    code => Some(LossKind::from_code(code)?),
+                },
+                valid_at_told: f.opt()?,
+                valid_end: f.next()?,
+            }),
+            "D" => WorkerLine::Released {
+                task: f.next()?,
+                seq: f.next()?,
+                outcome: match f.word()? {
+                    "ok" => ReleaseOutcome::Ok,
+                    "lost" => ReleaseOutcome::Lost,
+                    "err" => ReleaseOutcome::Error,
+                    _ => return None,
+                },
+            },
+            "F" => WorkerLine::Failed {
+                task: f.next()?,
+                key: f.next()?,
+                kind: FailKind::from_code(f.word()?)?,
+                start: f.next()?,
+                end: f.next()?,
+            },
+            "H" => WorkerLine::Hung {
+                task: f.next()?,
+                key: f.next()?,
+                call: match f.word()? {
+                    "acquire" => Call::Acquire,
+                    "release" => Call::Release,
+                    _ => return None,
+                },
+                start: f.next()?,
+                limit_ms: f.next()?,
+            },
+            "S" => WorkerLine::Stalled {
+                start: f.next()?,
+                end: f.next()?,
+            },
+            "P" => WorkerLine::Parked {
+                task: f.next()?,
+                key: f.next()?,
+                token: f.next()?,
+            },
+            _ => return None,
+        };
+        f.done()?;
+        Some(line)
+    }
+}
+
+/// A write to the fenced resource: `W <worker> <task> <seq> <key> <token>
+/// <B|E> <acquired>`; the answer is `OK` or `NO <highest token>`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WriteRequest {
+    /// Worker id.
+    pub worker: u32,
+    /// Task number.
+    pub task: u32,
+    /// Section number.
+    pub seq: u64,
+    /// Key index.
+    pub key: u32,
+    /// The writer's fencing token.
+    pub token: u64,
+    /// `true` for the begin marker, `false` for the end marker.
+    pub begin: bool,
+    /// When the writer's `acquire()` returned.
+    pub acquired: i64,
+}
+
+impl fmt::Display for WriteRequest {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "W {} {} {} {} {} {} {}",
+            self.worker,
+            self.task,
+            self.seq,
+            self.key,
+            self.token,
+            if self.begin { "B" } else { "E" },
+            self.acquired
+        )
+    }
+}
+
+impl WriteRequest {
+    /// Parses a write request line.
+    pub fn parse(line: &str) -> Option<WriteRequest> {
+        let mut f = Fields(line.split_whitespace());
+        (f.word()? == "W").then_some(())?;
+        let request = WriteRequest {
+            worker: f.next()?,
+            task: f.next()?,
+            seq: f.next()?,
+            key: f.next()?,
+            token: f.next()?,
+            begin: match f.word()? {
+                "B" => true,
+                "E" => false,
+                _ => return None,
+            },
+            acquired: f.next()?,
+        };
+        f.done()?;
+        Some(request)
+    }
+}

@@ -1,0 +1,310 @@
+//! The checker's definitions on hand-made histories.
+
+use lock_chaos::checker::{
+    CrashCheck, Fault, FaultKind, History, Holder, Section, Stall, Write, analyze, claim_end,
+};
+use lock_chaos::options::{Parsed, parse, parse_duration};
+use lock_chaos::record::{LossKind, SectionLine, WorkerLine, WriteRequest};
+use std::time::Duration;
+
+const LEASE: i64 = 1_000_000;
+
+fn holder(worker: u32, seq: u64) -> Holder {
+    Holder {
+        worker,
+        task: 0,
+        seq,
+    }
+}
+
+/// A section on key 0 from `acquired` to `end` (µs), deadline `end + 500 ms`.
+fn section(worker: u32, token: u64, acquired: i64, end: i64) -> Section {
+    Section {
+        holder: holder(worker, token),
+        key: 0,
+        token,
+        start: Some(acquired - 10),
+        acquired,
+        end,
+        killed: false,
+        told: None,
+        reason: None,
+        valid_at_told: None,
+        valid_end: Some(end + 500_000),
+    }
+}
+
+fn history(sections: Vec<Section>) -> History {
+    History {
+        lease_us: LEASE,
+        sections,
+        ..History::default()
+    }
+}
+
+#[test]
+fn back_to_back_sections_do_not_overlap() {
+    let figures = analyze(&history(vec![
+        section(1, 1, 0, 100),
+        section(2, 2, 100, 200),
+        section(1, 3, 250, 300),
+    ]));
+    assert!(figures.unwarned_overlaps.is_empty());
+    assert!(figures.token_regressions.is_empty());
+    assert!(figures.is_safe());
+    assert_eq!(figures.acquisitions, 3);
+}
+
+#[test]
+fn two_untold_holders_at_once_are_an_unwarned_overlap() {
+    let mut faults = history(vec![section(1, 1, 0, 1_000), section(2, 2, 400, 1_500)]);
+    faults.faults.push(Fault {
+        kind: FaultKind::RedisRestart,
+        start: 300,
+        end: 350,
+        detail: String::new(),
+    });
+    let figures = analyze(&faults);
+    assert_eq!(figures.unwarned_overlaps.len(), 1);
+    let overlap = &figures.unwarned_overlaps[0];
+    assert_eq!(
+        (overlap.first, overlap.second),
+        (holder(1, 1), holder(2, 2))
+    );
+    assert_eq!(overlap.overlap_us, 600);
+    assert_eq!(overlap.faults, [FaultKind::RedisRestart]);
+    assert_eq!(overlap.last_fault, Some(FaultKind::RedisRestart));
+    assert!(!figures.is_safe());
+}
+
+#[test]
+fn a_holder_told_before_the_next_acquisition_is_no_violation() {
+    let mut first = section(1, 1, 0, 1_000);
+    first.told = Some(350);
+    first.reason = Some(LossKind::NotHeld);
+    first.valid_at_told = Some(900);
+    let figures = analyze(&history(vec![first.clone(), section(2, 2, 400, 1_500)]));
+    assert!(figures.unwarned_overlaps.is_empty());
+    assert_eq!(figures.told, 1);
+
+    // Told a moment too late: a violation.
+    first.told = Some(450);
+    let figures = analyze(&history(vec![first, section(2, 2, 400, 1_500)]));
+    assert_eq!(figures.unwarned_overlaps.len(), 1);
+    assert_eq!(figures.unwarned_overlaps[0].overlap_us, 50);
+}
+
+#[test]
+fn overlaps_on_different_keys_do_not_count() {
+    let mut other = section(2, 2, 400, 1_500);
+    other.key = 1;
+    let figures = analyze(&history(vec![section(1, 1, 0, 1_000), other]));
+    assert!(figures.unwarned_overlaps.is_empty());
+}
+
+#[test]
+fn a_holder_frozen_past_its_deadline_is_counted_apart() {
+    // Worker 1 froze from 100 to 3 000 000; its deadline (1 000 000) passed
+    // meanwhile; it stopped (and was told) only after thawing.
+    let mut frozen = section(1, 1, 0, 3_100_000);
+    frozen.told = Some(3_050_000);
+    frozen.reason = Some(LossKind::Expired);
+    frozen.valid_at_told = Some(1_000_000);
+    let stall = Stall {
+        worker: 1,
+        start: 100,
+        end: 3_000_000,
+    };
+    assert_eq!(claim_end(&frozen, &[stall]), 1_000_000);
+    let mut h = history(vec![frozen.clone(), section(2, 2, 1_020_000, 1_100_000)]);
+    h.stalls.push(stall);
+    let figures = analyze(&h);
+    assert!(figures.unwarned_overlaps.is_empty());
+    assert_eq!(figures.frozen_overlaps.len(), 1);
+    assert_eq!(figures.frozen_notices.count, 1);
+    assert_eq!(figures.late_notices, 0);
+
+    // Without the stall the same history is a violation, and a late notice.
+    let figures = analyze(&history(vec![frozen, section(2, 2, 1_020_000, 1_100_000)]));
+    assert_eq!(figures.unwarned_overlaps.len(), 1);
+    assert_eq!(figures.late_notices, 1);
+}
+
+#[test]
+fn a_killed_holder_holds_until_its_death() {
+    let mut killed = section(1, 1, 0, 500_000);
+    killed.killed = true;
+    killed.valid_end = None;
+    let figures = analyze(&history(vec![
+        killed.clone(),
+        section(2, 2, 1_400_000, 1_500_000),
+    ]));
+    assert!(figures.unwarned_overlaps.is_empty());
+    let figures = analyze(&history(vec![killed, section(2, 2, 400_000, 1_500_000)]));
+    assert_eq!(figures.unwarned_overlaps.len(), 1);
+}
+
+#[test]
+fn tokens_must_grow_in_acquisition_order() {
+    let figures = analyze(&history(vec![
+        section(1, 5, 0, 100),
+        section(2, 7, 200, 300),
+        section(3, 6, 400, 500),
+        section(4, 7, 600, 700),
+    ]));
+    let low: Vec<u64> = figures.token_regressions.iter().map(|r| r.token).collect();
+    assert_eq!(low, [6, 7]);
+    assert_eq!(figures.token_regressions[0].earlier_max, 7);
+}
+
+fn write(worker: u32, token: u64, at: i64, accepted: bool) -> Write {
+    Write {
+        at,
+        holder: holder(worker, token),
+        key: 0,
+        token,
+        begin: true,
+        accepted,
+        acquired: at,
+    }
+}
+
+#[test]
+fn an_accepted_write_after_an_equal_or_greater_token_of_another_holder_is_stale() {
+    let mut h = history(vec![]);
+    h.writes = vec![
+        write(1, 5, 10, true),
+        write(1, 5, 20, true), // same holder, end marker: fine
+        write(2, 5, 30, true), // another holder with the same token
+        write(3, 4, 40, true), // older token accepted: what a broken store would do
+        write(4, 3, 50, false),
+        write(5, 9, 60, true),
+    ];
+    let figures = analyze(&h);
+    let stale: Vec<(u32, u64)> = figures
+        .stale_accepted
+        .iter()
+        .map(|s| (s.write.holder.worker, s.other_token))
+        .collect();
+    assert_eq!(stale, [(2, 5), (3, 5)]);
+    assert_eq!(figures.writes_accepted, 5);
+    assert_eq!(figures.stale_rejected, 1);
+}
+
+#[test]
+fn rejected_writes_are_sorted_by_whether_the_writer_still_held_the_lock() {
+    let mut h = history(vec![section(1, 3, 0, 1_000), section(2, 4, 2_000, 3_000)]);
+    h.writes = vec![write(1, 3, 500, false), write(1, 3, 2_500, false)];
+    let figures = analyze(&h);
+    assert_eq!(figures.current_rejected, 1);
+    assert_eq!(figures.stale_rejected, 1);
+}
+
+#[test]
+fn crashed_holders_locks_must_run_out_within_a_lease() {
+    let check = |pttl_ms, held_after_lease| CrashCheck {
+        worker: 1,
+        key: 0,
+        killed_at: 0,
+        pttl_ms,
+        owned_at_kill: true,
+        held_after_lease,
+    };
+    let mut h = history(vec![]);
+    h.crashes = vec![
+        check(Some(800), Some(0)),
+        check(Some(-1), Some(0)),
+        check(Some(900), Some(1)),
+        check(None, None),
+    ];
+    let figures = analyze(&h);
+    assert_eq!(figures.crashes, 4);
+    assert_eq!(figures.held_past_crash, 2);
+    assert_eq!(figures.crash_unchecked, 1);
+    assert_eq!(figures.crash_max_pttl_ms, Some(900));
+}
+
+#[test]
+fn worker_lines_round_trip() {
+    let lines = [
+        WorkerLine::Hello {
+            client: "0b6f5e4c-1234".into(),
+        },
+        WorkerLine::Section(SectionLine {
+            task: 2,
+            seq: 17,
+            key: 1,
+            token: 1_795_399_748_017_640,
+            start: 100,
+            acquired: 150,
+            release: 900,
+            told: Some(800),
+            reason: Some(LossKind::Expired),
+            valid_at_told: Some(799),
+            valid_end: 799,
+        }),
+        WorkerLine::Section(SectionLine {
+            task: 0,
+            seq: 1,
+            key: 0,
+            token: 3,
+            start: -5,
+            acquired: 1,
+            release: 2,
+            told: None,
+            reason: None,
+            valid_at_told: None,
+            valid_end: 3,
+        }),
+        WorkerLine::Stalled { start: 1, end: 2 },
+        WorkerLine::Parked {
+            task: 1,
+            key: 2,
+            token: 9,
+        },
+    ];
+    for line in lines {
+        assert_eq!(WorkerLine::parse(&line.to_string()), Some(line));
+    }
+    assert_eq!(WorkerLine::parse("C 1 2"), None);
+    assert_eq!(WorkerLine::parse("S 1 2 3"), None);
+
+    let request = WriteRequest {
+        worker: 3,
+        task: 1,
+        seq: 4,
+        key: 2,
+        token: 99,
+        begin: false,
+        acquired: 12,
+    };
+    assert_eq!(WriteRequest::parse(&request.to_string()), Some(request));
+}
+
+#[test]
+fn options_parse_and_reproduce() {
+    assert_eq!(parse_duration("1m30s"), Ok(Duration::from_secs(90)));
+    assert_eq!(parse_duration("1.5s"), Ok(Duration::from_millis(1500)));
+    assert_eq!(parse_duration("250ms"), Ok(Duration::from_millis(250)));
+    assert!(parse_duration("5").is_err());
+    assert!(parse_duration("5 parsecs").is_err());
+
+    let args: Vec<String> = ["--ci", "--seed", "7", "--faults=redis-restart,proxy-cut"]
+        .map(String::from)
+        .to_vec();
+    let Ok(Parsed::Run(options)) = parse(&args) else {
+        panic!("parse failed");
+    };
+    assert!(options.ci);
+    assert_eq!(options.duration, Duration::from_secs(60));
+    assert_eq!(
+        options.faults,
+        [FaultKind::RedisRestart, FaultKind::ProxyCut]
+    );
+    assert_eq!(
+        options.command(),
+        "cargo run --release -p lock-chaos -- --ci --seed 7 --faults redis-restart,proxy-cut"
+    );
+    assert!(parse(&["--faults".into(), "nope".into()]).is_err());
+    assert!(parse(&["--clients".into(), "0".into()]).is_err());
+}
