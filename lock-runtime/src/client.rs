@@ -242,6 +242,38 @@ impl LockClient {
         LockRequest::new(self.clone(), Kind::Permits(permits), vec![name.into()])
     }
 
+    /// Starts a request for the read side of the read-write lock `name`:
+    /// any number of readers hold it together while no writer does. The
+    /// write side is the plain lock ([`lock`](LockClient::lock), or its
+    /// alias [`write_lock`](LockClient::write_lock)).
+    ///
+    /// A writer waiting for readers holds back new readers, so a stream of
+    /// readers cannot starve it; readers already in may re-enter. A task
+    /// holding the write lock may also take the read lock (and keep reading
+    /// after releasing the write lock).
+    ///
+    /// ```no_run
+    /// # async fn run(locks: lock_runtime::LockClient) -> Result<(), lock_runtime::LockError> {
+    /// let reading = locks.read_lock("catalog").acquire().await?;
+    /// // read the catalog while others may read it too
+    /// reading.release().await?;
+    ///
+    /// let writing = locks.write_lock("catalog").acquire().await?;
+    /// // rewrite it alone
+    /// writing.release().await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn read_lock(&self, name: impl Into<String>) -> LockRequest {
+        LockRequest::new(self.clone(), Kind::Read, vec![name.into()])
+    }
+
+    /// The write side of the read-write lock `name`: the same as
+    /// [`lock`](LockClient::lock), which also waits for readers.
+    pub fn write_lock(&self, name: impl Into<String>) -> LockRequest {
+        self.lock(name)
+    }
+
     /// This client's unique id, the first part of every owner id it uses.
     pub fn id(&self) -> Uuid {
         self.inner.id

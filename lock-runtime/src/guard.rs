@@ -226,10 +226,10 @@ async fn give_back(client: &LockClient, held: &[Arc<Held>]) -> Result<Vec<Releas
     let owner = &held[0].owner;
     let released = match &held[0].stored {
         Stored::Hash => inner.scripts.release(&label, &keys, owner, false).await?,
-        Stored::Member { .. } => vec![
+        Stored::Place { set, holders } => vec![
             inner
                 .scripts
-                .release_permit(&label, &keys[0], owner, false)
+                .release_place(&label, (set, holders), &keys[0].channel, owner, false)
                 .await?,
         ],
     };

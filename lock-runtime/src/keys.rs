@@ -6,6 +6,9 @@
 //!   fencing token, expiring after the lease (for a semaphore: a sorted set
 //!   of holders scored by lease expiry, beside `lock:{order:42}:holders`
 //!   with their re-entry counts and tokens);
+//! * `lock:{order:42}:readers` and `lock:{order:42}:readers:holders`: the
+//!   readers of a read-write lock, leased like semaphore permits, and
+//!   `lock:{order:42}:writer-waiting`, set by a writer waiting for readers;
 //! * `lock:{order:42}:released`: the pub/sub channel its release is announced on;
 //! * `lock:fence:{T}`: the fencing counter shared by every lock in the same
 //!   Redis Cluster hash slot, where `T` is a short tag chosen to hash to that slot.
@@ -71,6 +74,21 @@ impl LockKeys {
     /// A semaphore's companion hash: each holder's re-entry count and token.
     pub(crate) fn holders(&self) -> String {
         format!("{}:holders", self.lock)
+    }
+
+    /// A read-write lock's readers, scored by lease expiry.
+    pub(crate) fn readers(&self) -> String {
+        format!("{}:readers", self.lock)
+    }
+
+    /// The readers' re-entry counts and tokens.
+    pub(crate) fn readers_holders(&self) -> String {
+        format!("{}:readers:holders", self.lock)
+    }
+
+    /// The marker a writer waiting for readers sets, to hold back new readers.
+    pub(crate) fn writer_waiting(&self) -> String {
+        format!("{}:writer-waiting", self.lock)
     }
 }
 

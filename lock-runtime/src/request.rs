@@ -46,6 +46,8 @@ pub(crate) enum Kind {
     Exclusive,
     /// Up to this many holders at a time.
     Permits(u32),
+    /// Any number of readers while no writer (exclusive holder) holds it.
+    Read,
 }
 
 impl LockRequest {
@@ -126,7 +128,7 @@ impl LockRequest {
         let started = Instant::now();
         let deadline = started + self.wait;
 
-        match self.attempt(&keys, &owner).await {
+        match self.attempt(&keys, &owner, deadline).await {
             Ok(Ok(guard)) => return Ok(guard),
             Ok(Err(_)) if self.wait.is_zero() => return Err(self.timeout(started)),
             Ok(Err(_)) => {}
@@ -137,9 +139,11 @@ impl LockRequest {
         }
 
         tracing::debug!(wait = ?self.wait, "lock busy; waiting");
-        let watch = inner
-            .wakeups
-            .watch(keys.iter().map(|lock| lock.channel.as_str()));
+        // Readers may all go in at once: each is woken by every release.
+        let watch = inner.wakeups.watch(
+            keys.iter().map(|lock| lock.channel.as_str()),
+            self.kind == Kind::Read,
+        );
         tokio::select! {
             _ = watch.subscribed() => {}
             _ = tokio::time::sleep_until(deadline) => {}
@@ -152,7 +156,7 @@ impl LockRequest {
             let mut released = pin!(watch.notify().notified());
             released.as_mut().enable();
             let now = Instant::now();
-            let mut wake = match self.attempt(&keys, &owner).await {
+            let mut wake = match self.attempt(&keys, &owner, deadline).await {
                 Ok(Ok(guard)) => {
                     tracing::debug!(waited = ?started.elapsed(), "acquired after waiting");
                     return Ok(guard);
@@ -191,26 +195,33 @@ impl LockRequest {
         &self,
         keys: &[LockKeys],
         owner: &Arc<str>,
+        deadline: Instant,
     ) -> Result<Result<LockGuard, Option<Duration>>, LockError> {
         let inner = &self.client.inner;
         let sent = Instant::now();
+        let scripts = &inner.scripts;
         let (outcome, stored) = match self.kind {
-            Kind::Exclusive => (
-                inner
-                    .scripts
-                    .acquire(&self.label, keys, owner, self.lease)
-                    .await?,
-                Stored::Hash,
-            ),
-            Kind::Permits(permits) => (
-                inner
-                    .scripts
+            Kind::Exclusive => {
+                let waiting = deadline.saturating_duration_since(sent);
+                let outcome = scripts
+                    .acquire(&self.label, keys, owner, self.lease, waiting)
+                    .await?;
+                (outcome, Stored::Hash)
+            }
+            Kind::Permits(permits) => {
+                let outcome = scripts
                     .acquire_permit(&self.label, &keys[0], owner, self.lease, permits)
-                    .await?,
-                Stored::Member {
-                    companion: keys[0].holders(),
-                },
-            ),
+                    .await?;
+                let (set, holders) = (keys[0].lock.clone(), keys[0].holders());
+                (outcome, Stored::Place { set, holders })
+            }
+            Kind::Read => {
+                let outcome = scripts
+                    .acquire_read(&self.label, &keys[0], owner, self.lease)
+                    .await?;
+                let (set, holders) = (keys[0].readers(), keys[0].readers_holders());
+                (outcome, Stored::Place { set, holders })
+            }
         };
         let taken = match outcome {
             Acquired::Held(taken) => taken,
@@ -249,10 +260,27 @@ impl LockRequest {
         let (label, keys) = (self.label.clone(), keys.to_vec());
         let kind = self.kind;
         tokio::spawn(async move {
+            let lock = &keys[0];
             let released = match kind {
                 Kind::Exclusive => scripts.release(&label, &keys, &owner, true).await,
                 Kind::Permits(_) => scripts
-                    .release_permit(&label, &keys[0], &owner, true)
+                    .release_place(
+                        &label,
+                        (&lock.lock, &lock.holders()),
+                        &lock.channel,
+                        &owner,
+                        true,
+                    )
+                    .await
+                    .map(|released| vec![released]),
+                Kind::Read => scripts
+                    .release_place(
+                        &label,
+                        (&lock.readers(), &lock.readers_holders()),
+                        &lock.channel,
+                        &owner,
+                        true,
+                    )
                     .await
                     .map(|released| vec![released]),
             };

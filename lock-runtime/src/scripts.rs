@@ -29,16 +29,18 @@ static ACQUIRE: LazyLock<Script> = script!("acquire.lua");
 static RELEASE: LazyLock<Script> = script!("release.lua");
 static RENEW: LazyLock<Script> = script!("renew.lua");
 static PERMIT_ACQUIRE: LazyLock<Script> = script!("permit_acquire.lua");
-static PERMIT_RELEASE: LazyLock<Script> = script!("permit_release.lua");
+static READ_ACQUIRE: LazyLock<Script> = script!("read_acquire.lua");
+static PLACE_RELEASE: LazyLock<Script> = script!("place_release.lua");
 
 /// How a held item is stored, which decides how it is renewed.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Stored {
     /// A lock hash whose `owner` field names the holder.
     Hash,
-    /// A member of a sorted set scored by lease expiry, with a companion
-    /// key that must live as long (a semaphore's permits and their holders).
-    Member { companion: String },
+    /// A place in a sorted set scored by lease expiry, with a companion
+    /// hash of re-entry counts and tokens (a semaphore's permits, a
+    /// read-write lock's readers).
+    Place { set: String, holders: String },
 }
 
 /// What the acquire script found.
@@ -82,13 +84,15 @@ impl Scripts {
         Scripts { conn, timeout }
     }
 
-    /// Takes every lock in `keys` or none; `name` names them in errors.
+    /// Takes every lock in `keys` or none; `name` names them in errors. A
+    /// caller that waits for readers holds new readers back for `waiting`.
     pub(crate) async fn acquire(
         &self,
         name: &str,
         keys: &[LockKeys],
         owner: &str,
         lease: Duration,
+        waiting: Duration,
     ) -> Result<Acquired, LockError> {
         let mut call = ACQUIRE.prepare_invoke();
         for lock in keys {
@@ -97,7 +101,15 @@ impl Scripts {
         for lock in keys {
             call.key(&lock.fence);
         }
-        call.arg(owner).arg(millis(lease));
+        for lock in keys {
+            call.key(lock.readers());
+        }
+        for lock in keys {
+            call.key(lock.writer_waiting());
+        }
+        call.arg(owner)
+            .arg(millis(lease))
+            .arg(waiting.as_millis() as u64);
         let reply: Vec<i64> = self.run(Some(name), &call, self.timeout).await?;
         acquired(name, keys.len(), &reply)
     }
@@ -122,18 +134,40 @@ impl Scripts {
         acquired(name, 1, &reply)
     }
 
-    /// Gives back one level of a semaphore permit (every level when `all`).
-    pub(crate) async fn release_permit(
+    /// Takes or re-enters the read side of a read-write lock.
+    pub(crate) async fn acquire_read(
         &self,
         name: &str,
         keys: &LockKeys,
         owner: &str,
+        lease: Duration,
+    ) -> Result<Acquired, LockError> {
+        let mut call = READ_ACQUIRE.prepare_invoke();
+        call.key(&keys.lock)
+            .key(keys.readers())
+            .key(keys.readers_holders())
+            .key(&keys.fence)
+            .key(keys.writer_waiting())
+            .arg(owner)
+            .arg(millis(lease));
+        let reply: Vec<i64> = self.run(Some(name), &call, self.timeout).await?;
+        acquired(name, 1, &reply)
+    }
+
+    /// Gives back one level of a place in a leased set (a permit, a read
+    /// lock), every level when `all`, and announces it on `channel`.
+    pub(crate) async fn release_place(
+        &self,
+        name: &str,
+        (set, holders): (&str, &str),
+        channel: &str,
+        owner: &str,
         all: bool,
     ) -> Result<Released, LockError> {
-        let mut call = PERMIT_RELEASE.prepare_invoke();
-        call.key(&keys.lock)
-            .key(keys.holders())
-            .key(&keys.channel)
+        let mut call = PLACE_RELEASE.prepare_invoke();
+        call.key(set)
+            .key(holders)
+            .key(channel)
             .arg(owner)
             .arg(if all { "1" } else { "0" });
         let left: Vec<i64> = self.run(Some(name), &call, self.timeout).await?;
@@ -167,8 +201,8 @@ impl Scripts {
         Ok(left.into_iter().map(released).collect())
     }
 
-    /// Renews `items` (key, how it is stored, owner, lease) in one call;
-    /// `true` where still held.
+    /// Renews `items` (lock key, how it is stored, owner, lease) in one
+    /// call; `true` where still held.
     pub(crate) async fn renew<'a>(
         &self,
         items: impl IntoIterator<Item = (&'a str, &'a Stored, &'a str, Duration)>,
@@ -178,7 +212,7 @@ impl Scripts {
         for (key, stored, owner, lease) in items {
             match stored {
                 Stored::Hash => call.key(key).key(key).arg("x"),
-                Stored::Member { companion } => call.key(key).key(companion).arg("z"),
+                Stored::Place { set, holders } => call.key(set).key(holders).arg("z"),
             };
             call.arg(owner).arg(millis(lease));
         }

@@ -145,8 +145,14 @@ impl Wakeups {
     }
 
     /// Starts watching the release channels of one or more locks; the
-    /// subscriptions live as long as the watch.
-    pub(crate) fn watch<'a>(&self, names: impl IntoIterator<Item = &'a str>) -> Watch {
+    /// subscriptions live as long as the watch. A waiter for several locks,
+    /// or one that wants every wake-up (`broadcast`, for readers, who can
+    /// all go in together), gets a notification of its own.
+    pub(crate) fn watch<'a>(
+        &self,
+        names: impl IntoIterator<Item = &'a str>,
+        broadcast: bool,
+    ) -> Watch {
         let mut watched = self.channels.watched();
         let channels: Vec<Arc<Channel>> = names
             .into_iter()
@@ -176,7 +182,7 @@ impl Wakeups {
             })
             .collect();
         drop(watched);
-        let own = (channels.len() > 1).then(|| {
+        let own = (broadcast || channels.len() > 1).then(|| {
             let own = Arc::new(Notify::new());
             for channel in &channels {
                 channel.listeners().push(own.clone());

@@ -111,7 +111,16 @@ impl Held {
     }
 }
 
-/// Held locks by (lock key, owner id), and when the watchdog wakes next.
+/// The key whose expiry renewal extends; with the owner, it tells held
+/// items apart (a writer that also reads holds two).
+fn renewed_key(keys: &LockKeys, stored: &Stored) -> String {
+    match stored {
+        Stored::Hash => keys.lock.clone(),
+        Stored::Place { set, .. } => set.clone(),
+    }
+}
+
+/// Held items by (renewed key, owner id), and when the watchdog wakes next.
 #[derive(Debug, Default)]
 struct Entries {
     map: HashMap<(String, Arc<str>), Arc<Held>>,
@@ -150,7 +159,10 @@ impl Registry {
 
     /// Starts renewing a lock, or adds a guard to one this owner holds already.
     pub(crate) fn hold(&self, acquired: Acquisition<'_>) -> Arc<Held> {
-        let id = (acquired.keys.lock.clone(), acquired.owner.clone());
+        let id = (
+            renewed_key(acquired.keys, acquired.stored),
+            acquired.owner.clone(),
+        );
         let mut entries = self.entries();
         if let Some(held) = entries.map.get(&id).filter(|held| !held.is_lost()) {
             let mut timing = held.timing();
@@ -196,7 +208,7 @@ impl Registry {
             timing.guards == 0
         };
         if last {
-            let id = (held.keys.lock.clone(), held.owner.clone());
+            let id = (renewed_key(&held.keys, &held.stored), held.owner.clone());
             if entries.map.get(&id).is_some_and(|h| Arc::ptr_eq(h, held)) {
                 entries.map.remove(&id);
             }
@@ -206,7 +218,7 @@ impl Registry {
 
     /// Marks a lock lost and stops renewing it.
     pub(crate) fn lose(&self, held: &Arc<Held>, reason: LossReason) {
-        let id = (held.keys.lock.clone(), held.owner.clone());
+        let id = (renewed_key(&held.keys, &held.stored), held.owner.clone());
         let mut entries = self.entries();
         if entries.map.get(&id).is_some_and(|h| Arc::ptr_eq(h, held)) {
             entries.map.remove(&id);

@@ -1,25 +1,46 @@
 -- Take, re-enter, or report who holds one or more locks, atomically: all of
 -- them or none, so that callers naming the same locks in any order never
--- deadlock.
+-- deadlock. A lock is also held while it has readers (read-write locks);
+-- a caller that waits for readers marks itself waiting, which holds back
+-- new readers until it is in.
 --
--- KEYS[1..n]       the lock hashes (owner, count, fence), n = #KEYS / 2
+-- KEYS[1..n]       the lock hashes (owner, count, fence), n = #KEYS / 4
 -- KEYS[n+1..2n]    the fencing counter of each lock's hash slot (see keys.rs)
+-- KEYS[2n+1..3n]   each lock's readers (sorted set scored by lease expiry)
+-- KEYS[3n+1..4n]   each lock's waiting-writer marker
 -- ARGV[1]          owner id (client uuid : scope id)
 -- ARGV[2]          lease in milliseconds
+-- ARGV[3]          how long the caller will keep waiting, in milliseconds
 --
 -- Returns {1, fence_1, count_1, ..., fence_n, count_n} when the caller holds
 -- every lock afterwards, or {0, pttl} with the longest remaining lease among
--- the locks another owner holds (-1 when one of them has no expiry).
-local n = #KEYS / 2
+-- the holders in the way (-1 when one of them has no expiry).
+local n = #KEYS / 4
 local longest = nil
+local function blocked_for(ttl)
+  if ttl < 0 or longest == -1 then
+    longest = -1
+  elseif not longest or ttl > longest then
+    longest = ttl
+  end
+end
 for i = 1, n do
   local owner = redis.call('HGET', KEYS[i], 'owner')
   if owner and owner ~= ARGV[1] then
-    local ttl = redis.call('PTTL', KEYS[i])
-    if ttl < 0 or longest == -1 then
-      longest = -1
-    elseif not longest or ttl > longest then
-      longest = ttl
+    blocked_for(redis.call('PTTL', KEYS[i]))
+  elseif redis.call('EXISTS', KEYS[2 * n + i]) == 1 then
+    local readers = KEYS[2 * n + i]
+    local now = now_ms()
+    local others = redis.call('ZCOUNT', readers, '(' .. now, '+inf')
+    if holds_place(readers, ARGV[1]) then
+      others = others - 1
+    end
+    if others > 0 then
+      local last = redis.call('ZRANGE', readers, -1, -1, 'WITHSCORES')
+      blocked_for(tonumber(last[2]) - now)
+      if tonumber(ARGV[3]) > 0 then
+        redis.call('SET', KEYS[3 * n + i], ARGV[1], 'PX', ARGV[3])
+      end
     end
   end
 end
@@ -40,6 +61,9 @@ for i = 1, n do
     count = 1
     redis.call('HSET', KEYS[i], 'owner', ARGV[1], 'count', 1, 'fence', fence)
     redis.call('PEXPIRE', KEYS[i], ARGV[2])
+  end
+  if redis.call('GET', KEYS[3 * n + i]) == ARGV[1] then
+    redis.call('DEL', KEYS[3 * n + i])
   end
   result[2 * i] = fence
   result[2 * i + 1] = count

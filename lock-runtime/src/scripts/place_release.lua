@@ -1,14 +1,14 @@
--- Give back one level of a semaphore permit, and wake a waiter when the
--- permit is free.
+-- Give back one level of a place in a leased set (a semaphore permit, a
+-- read lock), and wake a waiter when the place is free.
 --
--- KEYS[1]  the permits (sorted set scored by lease expiry)
+-- KEYS[1]  the places (sorted set scored by lease expiry)
 -- KEYS[2]  the holders' counts and tokens
 -- KEYS[3]  the release channel
 -- ARGV[1]  owner id
 -- ARGV[2]  "1" to drop every level at once, "0" to count down by one
 --
--- Returns {count}: the remaining re-entry count (0: the permit is free), or
--- -1 when the caller does not hold a permit (its lease ran out).
+-- Returns {count}: the remaining re-entry count (0: the place is free), or
+-- -1 when the caller does not hold a place (its lease ran out).
 local score = redis.call('ZSCORE', KEYS[1], ARGV[1])
 if not score or tonumber(score) <= now_ms() then
   return {-1}

@@ -1,0 +1,268 @@
+//! Read-write locks: readers together, writers alone, writers not starved.
+
+mod common;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use common::{client, lock_key, ok, within};
+use lock_runtime::LockError;
+use lock_testkit::{RedisServer, unique_key};
+
+#[derive(Default)]
+struct Checker {
+    readers: AtomicUsize,
+    writers: AtomicUsize,
+    most_readers: AtomicUsize,
+    violations: AtomicUsize,
+}
+
+impl Checker {
+    fn enter_read(&self) {
+        let now = self.readers.fetch_add(1, Ordering::SeqCst) + 1;
+        self.most_readers.fetch_max(now, Ordering::SeqCst);
+        if self.writers.load(Ordering::SeqCst) != 0 {
+            self.violations.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+    fn leave_read(&self) {
+        self.readers.fetch_sub(1, Ordering::SeqCst);
+    }
+    fn enter_write(&self) {
+        if self.writers.fetch_add(1, Ordering::SeqCst) != 0
+            || self.readers.load(Ordering::SeqCst) != 0
+        {
+            self.violations.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+    fn leave_write(&self) {
+        self.writers.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn readers_overlap_and_writers_are_alone() {
+    let server = RedisServer::start();
+    let clients = [client(&server).await, client(&server).await];
+    let name = unique_key("rw");
+    let checker = Arc::new(Checker::default());
+    let mut tasks = Vec::new();
+    for task in 0..8 {
+        let locks = clients[task % 2].clone();
+        let (name, checker) = (name.clone(), checker.clone());
+        let writer = task < 2;
+        tasks.push(tokio::spawn(async move {
+            for _ in 0..20 {
+                if writer {
+                    let guard = locks
+                        .write_lock(name.as_str())
+                        .wait(Duration::from_secs(30))
+                        .acquire()
+                        .await?;
+                    checker.enter_write();
+                    tokio::time::sleep(Duration::from_millis(2)).await;
+                    checker.leave_write();
+                    guard.release().await?;
+                } else {
+                    let guard = locks
+                        .read_lock(name.as_str())
+                        .wait(Duration::from_secs(30))
+                        .acquire()
+                        .await?;
+                    checker.enter_read();
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                    checker.leave_read();
+                    guard.release().await?;
+                }
+            }
+            Ok::<_, LockError>(())
+        }));
+    }
+    within(
+        &server,
+        Duration::from_secs(60),
+        "readers and writers",
+        async {
+            for task in tasks {
+                ok(&server, task.await.unwrap());
+            }
+        },
+    )
+    .await;
+    assert_eq!(
+        checker.violations.load(Ordering::SeqCst),
+        0,
+        "a writer overlapped"
+    );
+    assert!(
+        checker.most_readers.load(Ordering::SeqCst) > 1,
+        "readers never overlapped"
+    );
+    for suffix in ["", ":readers", ":readers:holders", ":writer-waiting"] {
+        assert_eq!(
+            server.cli(&["EXISTS", &format!("{}{suffix}", lock_key(&name))]),
+            "0"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_stream_of_readers_does_not_starve_a_writer() {
+    let server = RedisServer::start();
+    let readers = client(&server).await;
+    let writer = client(&server).await;
+    let name = unique_key("starve");
+    let stop = Arc::new(AtomicBool::new(false));
+    // Readers overlap one another so that, without writer preference, the
+    // lock would never be free of readers.
+    let stream = {
+        let (readers, name, stop) = (readers.clone(), name.clone(), stop.clone());
+        tokio::spawn(async move {
+            let mut running = Vec::new();
+            while !stop.load(Ordering::SeqCst) {
+                let (readers, name) = (readers.clone(), name.clone());
+                running.push(tokio::spawn(async move {
+                    let guard = readers
+                        .read_lock(name)
+                        .wait(Duration::from_secs(30))
+                        .acquire()
+                        .await?;
+                    tokio::time::sleep(Duration::from_millis(60)).await;
+                    guard.release().await
+                }));
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            for reader in running {
+                reader.await.unwrap()?;
+            }
+            Ok::<_, LockError>(())
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let started = Instant::now();
+    let guard = ok(
+        &server,
+        writer
+            .write_lock(name.as_str())
+            .wait(Duration::from_secs(10))
+            .acquire()
+            .await,
+    );
+    let waited = started.elapsed();
+    ok(&server, guard.release().await);
+    stop.store(true, Ordering::SeqCst);
+    ok(&server, stream.await.unwrap());
+    assert!(waited < Duration::from_secs(3), "writer waited {waited:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reentry_downgrade_and_renewal() {
+    let server = RedisServer::start();
+    let locks = client(&server).await;
+    let other = client(&server).await;
+    let name = unique_key("downgrade");
+    let key = lock_key(&name);
+
+    // Read re-entry keeps one place; the read lease is renewed.
+    let read = ok(
+        &server,
+        locks
+            .read_lock(name.as_str())
+            .lease(Duration::from_secs(1))
+            .acquire()
+            .await,
+    );
+    read.scope(async {
+        let again = ok(
+            &server,
+            locks
+                .read_lock(name.as_str())
+                .wait(Duration::ZERO)
+                .acquire()
+                .await,
+        );
+        assert_eq!(server.cli(&["ZCARD", &format!("{key}:readers")]), "1");
+        assert_eq!(again.fence(), read.fence());
+        ok(&server, again.release().await);
+    })
+    .await
+    .expect("not lost");
+    let shared = ok(
+        &server,
+        other
+            .read_lock(name.as_str())
+            .wait(Duration::ZERO)
+            .acquire()
+            .await,
+    );
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert!(!read.is_lost());
+    let blocked = other
+        .write_lock(name.as_str())
+        .wait(Duration::ZERO)
+        .acquire()
+        .await;
+    assert!(blocked.expect_err("readers hold it").is_timeout());
+    ok(&server, shared.release().await);
+    ok(&server, read.release().await);
+
+    // Downgrade: the writer takes the read lock, then lets go of writing.
+    let write = ok(&server, locks.write_lock(name.as_str()).acquire().await);
+    let reading = write
+        .scope(async {
+            let nested = ok(
+                &server,
+                locks
+                    .write_lock(name.as_str())
+                    .wait(Duration::ZERO)
+                    .acquire()
+                    .await,
+            );
+            assert_eq!(server.cli(&["HGET", &key, "count"]), "2");
+            ok(&server, nested.release().await);
+            ok(
+                &server,
+                locks
+                    .read_lock(name.as_str())
+                    .wait(Duration::ZERO)
+                    .acquire()
+                    .await,
+            )
+        })
+        .await
+        .expect("not lost");
+    let no_reader = other
+        .read_lock(name.as_str())
+        .wait(Duration::ZERO)
+        .acquire()
+        .await;
+    assert!(no_reader.expect_err("writer holds it").is_timeout());
+    ok(&server, write.release().await);
+    // Still reading: others may read, nobody may write.
+    let reader = ok(
+        &server,
+        other
+            .read_lock(name.as_str())
+            .wait(Duration::ZERO)
+            .acquire()
+            .await,
+    );
+    let writer = other
+        .write_lock(name.as_str())
+        .wait(Duration::ZERO)
+        .acquire()
+        .await;
+    assert!(writer.expect_err("still read").is_timeout());
+    ok(&server, reader.release().await);
+    ok(&server, reading.release().await);
+    let writer = ok(
+        &server,
+        other
+            .write_lock(name.as_str())
+            .wait(Duration::ZERO)
+            .acquire()
+            .await,
+    );
+    ok(&server, writer.release().await);
+}
