@@ -20,6 +20,8 @@ pub enum Kind {
     Exclusive,
     /// `permits = N`: one of N permits of a semaphore.
     Permits(u32),
+    /// `mode = "read"`: the read side of a read-write lock.
+    Read,
 }
 
 /// Takes the lock `key`, with the attribute's lease and wait where given
@@ -49,9 +51,13 @@ pub async fn acquire_kind(
             let key = keys.into_iter().next().unwrap_or_default();
             client.semaphore(key, permits)
         }
-        (Kind::Permits(_), _) => {
+        (Kind::Read, 1) => {
+            let key = keys.into_iter().next().unwrap_or_default();
+            client.read_lock(key)
+        }
+        (Kind::Permits(_) | Kind::Read, _) => {
             return Err(LockError::Config(
-                "a semaphore is named by exactly one key".into(),
+                "a semaphore or a read lock is named by exactly one key".into(),
             ));
         }
     };
