@@ -274,6 +274,26 @@ impl LockClient {
         self.lock(name)
     }
 
+    /// Starts a request for the fair lock `name`: exclusive like
+    /// [`lock`](LockClient::lock), but waiters take it in the order they
+    /// arrived, across every client. A release wakes exactly the next
+    /// waiter in line. A waiter that gives up (times out, or its future is
+    /// dropped) leaves the line at once; one that dies leaves it within a
+    /// few seconds, without holding up the waiters behind it. Use one kind
+    /// of lock per name: a plain `lock` on the same name does not queue.
+    ///
+    /// ```no_run
+    /// # async fn run(locks: lock_runtime::LockClient) -> Result<(), lock_runtime::LockError> {
+    /// let turn = locks.fair_lock("printer").acquire().await?;
+    /// // print, in arrival order
+    /// turn.release().await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn fair_lock(&self, name: impl Into<String>) -> LockRequest {
+        LockRequest::new(self.clone(), Kind::Fair, vec![name.into()])
+    }
+
     /// This client's unique id, the first part of every owner id it uses.
     pub fn id(&self) -> Uuid {
         self.inner.id

@@ -226,10 +226,20 @@ async fn give_back(client: &LockClient, held: &[Arc<Held>]) -> Result<Vec<Releas
     let owner = &held[0].owner;
     let released = match &held[0].stored {
         Stored::Hash => inner.scripts.release(&label, &keys, owner, false).await?,
-        Stored::Place { set, holders } => vec![
+        Stored::Place {
+            set,
+            holders,
+            queue,
+        } => vec![
             inner
                 .scripts
-                .release_place(&label, (set, holders), &keys[0].channel, owner, false)
+                .release_place(
+                    &label,
+                    (set, holders),
+                    (&keys[0].channel, queue.as_deref()),
+                    owner,
+                    false,
+                )
                 .await?,
         ],
     };

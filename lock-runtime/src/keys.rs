@@ -9,6 +9,8 @@
 //! * `lock:{order:42}:readers` and `lock:{order:42}:readers:holders`: the
 //!   readers of a read-write lock, leased like semaphore permits, and
 //!   `lock:{order:42}:writer-waiting`, set by a writer waiting for readers;
+//! * `lock:{order:42}:queue` and `lock:{order:42}:queue:alive`: the fair
+//!   waiters in arrival order, and until when each counts as still waiting;
 //! * `lock:{order:42}:released`: the pub/sub channel its release is announced on;
 //! * `lock:fence:{T}`: the fencing counter shared by every lock in the same
 //!   Redis Cluster hash slot, where `T` is a short tag chosen to hash to that slot.
@@ -84,6 +86,16 @@ impl LockKeys {
     /// The readers' re-entry counts and tokens.
     pub(crate) fn readers_holders(&self) -> String {
         format!("{}:readers:holders", self.lock)
+    }
+
+    /// The fair waiters in line, scored by arrival.
+    pub(crate) fn queue(&self) -> String {
+        format!("{}:queue", self.lock)
+    }
+
+    /// The fair waiters' liveness, scored by when each stops counting.
+    pub(crate) fn queue_alive(&self) -> String {
+        format!("{}:queue:alive", self.lock)
     }
 
     /// The marker a writer waiting for readers sets, to hold back new readers.

@@ -22,6 +22,8 @@ pub enum Kind {
     Permits(u32),
     /// `mode = "read"`: the read side of a read-write lock.
     Read,
+    /// `fair = true`: exclusive, in arrival order.
+    Fair,
 }
 
 /// Takes the lock `key`, with the attribute's lease and wait where given
@@ -55,9 +57,13 @@ pub async fn acquire_kind(
             let key = keys.into_iter().next().unwrap_or_default();
             client.read_lock(key)
         }
-        (Kind::Permits(_) | Kind::Read, _) => {
+        (Kind::Fair, 1) => {
+            let key = keys.into_iter().next().unwrap_or_default();
+            client.fair_lock(key)
+        }
+        (Kind::Permits(_) | Kind::Read | Kind::Fair, _) => {
             return Err(LockError::Config(
-                "a semaphore or a read lock is named by exactly one key".into(),
+                "a semaphore, a read lock or a fair lock is named by exactly one key".into(),
             ));
         }
     };

@@ -13,6 +13,7 @@ use crate::guard::LockGuard;
 use crate::keys::LockKeys;
 use crate::scope;
 use crate::scripts::{Acquired, Released, Stored};
+use crate::wakeups::Wake;
 use crate::watchdog::Acquisition;
 
 /// First pause before retrying an acquire that failed to reach Redis; it
@@ -39,6 +40,31 @@ pub struct LockRequest {
     wait: Duration,
 }
 
+/// How long a fair waiter keeps its place in line without trying again; a
+/// waiter that died leaves the line after this long at most.
+const FAIR_STAY: Duration = Duration::from_secs(3);
+
+/// How often a fair waiter tries again while nobody names it: to keep its
+/// place in line, and to take the lock if the waiter before it died.
+const FAIR_RETRY: Duration = Duration::from_secs(1);
+
+/// How a lock of `kind` is stored, and so released and renewed.
+fn stored_place(kind: Kind, lock: &LockKeys) -> Stored {
+    match kind {
+        Kind::Exclusive | Kind::Fair => Stored::Hash,
+        Kind::Permits(_) => Stored::Place {
+            set: lock.lock.clone(),
+            holders: lock.holders(),
+            queue: None,
+        },
+        Kind::Read => Stored::Place {
+            set: lock.readers(),
+            holders: lock.readers_holders(),
+            queue: Some(lock.queue()),
+        },
+    }
+}
+
 /// What kind of lock a request takes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Kind {
@@ -48,6 +74,8 @@ pub(crate) enum Kind {
     Permits(u32),
     /// Any number of readers while no writer (exclusive holder) holds it.
     Read,
+    /// Exclusive, taken in arrival order.
+    Fair,
 }
 
 impl LockRequest {
@@ -139,11 +167,26 @@ impl LockRequest {
         }
 
         tracing::debug!(wait = ?self.wait, "lock busy; waiting");
-        // Readers may all go in at once: each is woken by every release.
-        let watch = inner.wakeups.watch(
-            keys.iter().map(|lock| lock.channel.as_str()),
-            self.kind == Kind::Read,
-        );
+        let wake = match self.kind {
+            // A fair waiter is woken when a release names it.
+            Kind::Fair => Wake::Named(owner.clone()),
+            // Readers may all go in at once: each is woken by every release;
+            // so is a waiter for several locks, which may find one still taken.
+            Kind::Read => Wake::Every,
+            _ if keys.len() > 1 => Wake::Every,
+            _ => Wake::One,
+        };
+        let watch = inner
+            .wakeups
+            .watch(keys.iter().map(|lock| lock.channel.as_str()), wake);
+        // The first attempt put a fair waiter in line; it leaves the line if
+        // it stops waiting without the lock.
+        let mut in_line = (self.kind == Kind::Fair).then(|| InLine {
+            request: &self,
+            keys: &keys[0],
+            owner: owner.clone(),
+            waiting: true,
+        });
         tokio::select! {
             _ = watch.subscribed() => {}
             _ = tokio::time::sleep_until(deadline) => {}
@@ -158,6 +201,9 @@ impl LockRequest {
             let now = Instant::now();
             let mut wake = match self.attempt(&keys, &owner, deadline).await {
                 Ok(Ok(guard)) => {
+                    if let Some(in_line) = &mut in_line {
+                        in_line.waiting = false;
+                    }
                     tracing::debug!(waited = ?started.elapsed(), "acquired after waiting");
                     return Ok(guard);
                 }
@@ -166,8 +212,9 @@ impl LockRequest {
                     last_error = None;
                     ttl.map_or(deadline, |ttl| now + ttl + Duration::from_millis(1))
                 }
-                // Redis unreachable or slow: keep trying within the wait.
-                Err(err) if err.is_unavailable() && scoped.is_none() => {
+                // Redis unreachable or slow: keep trying within the wait
+                // (a fair waiter would lose its place with a new owner id).
+                Err(err) if err.is_unavailable() && scoped.is_none() && in_line.is_none() => {
                     tracing::debug!(error = %err, "acquire failed; retrying");
                     owner = self.abandon(&keys, owner);
                     last_error = Some(err);
@@ -181,6 +228,9 @@ impl LockRequest {
             }
             if !watch.is_live() {
                 wake = wake.min(now + FALLBACK_RETRY);
+            }
+            if in_line.is_some() {
+                wake = wake.min(now + FAIR_RETRY);
             }
             tokio::select! {
                 _ = released => {}
@@ -212,15 +262,20 @@ impl LockRequest {
                 let outcome = scripts
                     .acquire_permit(&self.label, &keys[0], owner, self.lease, permits)
                     .await?;
-                let (set, holders) = (keys[0].lock.clone(), keys[0].holders());
-                (outcome, Stored::Place { set, holders })
+                (outcome, stored_place(self.kind, &keys[0]))
             }
             Kind::Read => {
                 let outcome = scripts
                     .acquire_read(&self.label, &keys[0], owner, self.lease)
                     .await?;
-                let (set, holders) = (keys[0].readers(), keys[0].readers_holders());
-                (outcome, Stored::Place { set, holders })
+                (outcome, stored_place(self.kind, &keys[0]))
+            }
+            Kind::Fair => {
+                let enqueue = !self.wait.is_zero();
+                let outcome = scripts
+                    .acquire_fair(&self.label, &keys[0], owner, self.lease, FAIR_STAY, enqueue)
+                    .await?;
+                (outcome, Stored::Hash)
             }
         };
         let taken = match outcome {
@@ -261,23 +316,17 @@ impl LockRequest {
         let kind = self.kind;
         tokio::spawn(async move {
             let lock = &keys[0];
-            let released = match kind {
-                Kind::Exclusive => scripts.release(&label, &keys, &owner, true).await,
-                Kind::Permits(_) => scripts
+            let released = match stored_place(kind, lock) {
+                Stored::Hash => scripts.release(&label, &keys, &owner, true).await,
+                Stored::Place {
+                    set,
+                    holders,
+                    queue,
+                } => scripts
                     .release_place(
                         &label,
-                        (&lock.lock, &lock.holders()),
-                        &lock.channel,
-                        &owner,
-                        true,
-                    )
-                    .await
-                    .map(|released| vec![released]),
-                Kind::Read => scripts
-                    .release_place(
-                        &label,
-                        (&lock.readers(), &lock.readers_holders()),
-                        &lock.channel,
+                        (&set, &holders),
+                        (&lock.channel, queue.as_deref()),
                         &owner,
                         true,
                     )
@@ -299,5 +348,37 @@ impl LockRequest {
             key: self.label.clone(),
             waited: started.elapsed(),
         }
+    }
+}
+
+/// A fair waiter's place in line, given up if it stops waiting without the
+/// lock (timeout, error, or the caller dropping the future), so that it
+/// never holds up the waiters behind it.
+struct InLine<'a> {
+    request: &'a LockRequest,
+    keys: &'a LockKeys,
+    owner: Arc<str>,
+    waiting: bool,
+}
+
+impl Drop for InLine<'_> {
+    fn drop(&mut self) {
+        if !self.waiting {
+            return;
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return; // the place lapses after FAIR_STAY
+        };
+        let scripts = self.request.client.inner.scripts.clone();
+        let (label, keys, owner) = (
+            self.request.label.clone(),
+            self.keys.clone(),
+            self.owner.clone(),
+        );
+        runtime.spawn(async move {
+            if let Err(err) = scripts.leave_line(&label, &keys, &owner).await {
+                tracing::debug!(key = %label, error = %err, "leaving the line failed; the place lapses");
+            }
+        });
     }
 }

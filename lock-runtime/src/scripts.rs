@@ -31,6 +31,8 @@ static RENEW: LazyLock<Script> = script!("renew.lua");
 static PERMIT_ACQUIRE: LazyLock<Script> = script!("permit_acquire.lua");
 static READ_ACQUIRE: LazyLock<Script> = script!("read_acquire.lua");
 static PLACE_RELEASE: LazyLock<Script> = script!("place_release.lua");
+static FAIR_ACQUIRE: LazyLock<Script> = script!("fair_acquire.lua");
+static FAIR_LEAVE: LazyLock<Script> = script!("fair_leave.lua");
 
 /// How a held item is stored, which decides how it is renewed.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -40,7 +42,12 @@ pub(crate) enum Stored {
     /// A place in a sorted set scored by lease expiry, with a companion
     /// hash of re-entry counts and tokens (a semaphore's permits, a
     /// read-write lock's readers).
-    Place { set: String, holders: String },
+    /// `queue` is the lock's line of fair waiters, for read locks.
+    Place {
+        set: String,
+        holders: String,
+        queue: Option<String>,
+    },
 }
 
 /// What the acquire script found.
@@ -154,22 +161,66 @@ impl Scripts {
         acquired(name, 1, &reply)
     }
 
+    /// Takes or re-enters a lock in arrival order; when it is not the
+    /// caller's turn and `enqueue` is set, the caller waits in line, where it
+    /// stays for `stay` unless it tries again.
+    pub(crate) async fn acquire_fair(
+        &self,
+        name: &str,
+        keys: &LockKeys,
+        owner: &str,
+        lease: Duration,
+        stay: Duration,
+        enqueue: bool,
+    ) -> Result<Acquired, LockError> {
+        let mut call = FAIR_ACQUIRE.prepare_invoke();
+        call.key(&keys.lock)
+            .key(&keys.fence)
+            .key(keys.queue())
+            .key(keys.queue_alive())
+            .key(keys.readers())
+            .arg(owner)
+            .arg(millis(lease))
+            .arg(millis(stay))
+            .arg(if enqueue { "1" } else { "0" });
+        let reply: Vec<i64> = self.run(Some(name), &call, self.timeout).await?;
+        acquired(name, 1, &reply)
+    }
+
+    /// Takes a fair waiter out of line.
+    pub(crate) async fn leave_line(
+        &self,
+        name: &str,
+        keys: &LockKeys,
+        owner: &str,
+    ) -> Result<(), LockError> {
+        let mut call = FAIR_LEAVE.prepare_invoke();
+        call.key(keys.queue())
+            .key(keys.queue_alive())
+            .key(&keys.lock)
+            .key(&keys.channel)
+            .arg(owner);
+        self.run::<i64>(Some(name), &call, self.timeout).await?;
+        Ok(())
+    }
+
     /// Gives back one level of a place in a leased set (a permit, a read
-    /// lock), every level when `all`, and announces it on `channel`.
+    /// lock), every level when `all`, and announces it on `channel`, naming
+    /// the first in `queue` if there is one.
     pub(crate) async fn release_place(
         &self,
         name: &str,
         (set, holders): (&str, &str),
-        channel: &str,
+        (channel, queue): (&str, Option<&str>),
         owner: &str,
         all: bool,
     ) -> Result<Released, LockError> {
         let mut call = PLACE_RELEASE.prepare_invoke();
-        call.key(set)
-            .key(holders)
-            .key(channel)
-            .arg(owner)
-            .arg(if all { "1" } else { "0" });
+        call.key(set).key(holders).key(channel);
+        if let Some(queue) = queue {
+            call.key(queue);
+        }
+        call.arg(owner).arg(if all { "1" } else { "0" });
         let left: Vec<i64> = self.run(Some(name), &call, self.timeout).await?;
         match left.as_slice() {
             [left] => Ok(released(*left)),
@@ -193,6 +244,9 @@ impl Scripts {
         for lock in keys {
             call.key(&lock.channel);
         }
+        for lock in keys {
+            call.key(lock.queue());
+        }
         call.arg(owner).arg(if all { "1" } else { "0" });
         let left: Vec<i64> = self.run(Some(name), &call, self.timeout).await?;
         if left.len() != keys.len() {
@@ -212,7 +266,7 @@ impl Scripts {
         for (key, stored, owner, lease) in items {
             match stored {
                 Stored::Hash => call.key(key).key(key).arg("x"),
-                Stored::Place { set, holders } => call.key(set).key(holders).arg("z"),
+                Stored::Place { set, holders, .. } => call.key(set).key(holders).arg("z"),
             };
             call.arg(owner).arg(millis(lease));
         }

@@ -37,11 +37,25 @@ struct Channel {
     name: String,
     /// Single-lock waiters queue here: a release wakes one of them.
     notify: Notify,
-    /// Multi-lock waiters, each with a notification of its own: a release
-    /// wakes every one of them, since each may still find another of its
-    /// locks taken and must not swallow the wake-up of a single-lock waiter.
+    /// Multi-lock waiters and readers, each with a notification of its own:
+    /// a release wakes every one of them, since each may still find another
+    /// of its locks taken and must not swallow the wake-up of a single-lock
+    /// waiter.
     listeners: Mutex<Vec<Arc<Notify>>>,
+    /// Fair waiters by owner id: a release that names one wakes only it.
+    named: Mutex<HashMap<Arc<str>, Arc<Notify>>>,
     ready: watch::Sender<Readiness>,
+}
+
+/// Which releases wake a waiter.
+#[derive(Debug, Clone)]
+pub(crate) enum Wake {
+    /// One waiter per release, in arrival order.
+    One,
+    /// Every release wakes this waiter.
+    Every,
+    /// Releases that name this owner id (fair locks), or nobody in particular.
+    Named(Arc<str>),
 }
 
 impl Channel {
@@ -50,11 +64,24 @@ impl Channel {
         self.listeners.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Wakes one single-lock waiter (or all, after a reconnect) and every
-    /// multi-lock waiter.
-    fn wake(&self, all: bool) {
+    fn named(&self) -> std::sync::MutexGuard<'_, HashMap<Arc<str>, Arc<Notify>>> {
+        // Only inserted into and removed from; a panic cannot leave it torn.
+        self.named.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Wakes for a release message: the fair waiter it names, if that one
+    /// waits here; otherwise one single-lock waiter (or all, after a
+    /// reconnect, fair ones included) and every multi-lock waiter.
+    fn wake(&self, payload: Option<&str>, all: bool) {
+        if let Some(named) = payload.and_then(|owner| self.named().get(owner).cloned()) {
+            named.notify_one();
+            return;
+        }
         if all {
             self.notify.notify_waiters();
+            for named in self.named().values() {
+                named.notify_one();
+            }
         } else {
             self.notify.notify_one();
         }
@@ -145,14 +172,9 @@ impl Wakeups {
     }
 
     /// Starts watching the release channels of one or more locks; the
-    /// subscriptions live as long as the watch. A waiter for several locks,
-    /// or one that wants every wake-up (`broadcast`, for readers, who can
-    /// all go in together), gets a notification of its own.
-    pub(crate) fn watch<'a>(
-        &self,
-        names: impl IntoIterator<Item = &'a str>,
-        broadcast: bool,
-    ) -> Watch {
+    /// subscriptions live as long as the watch, and `wake` says which
+    /// releases wake this waiter.
+    pub(crate) fn watch<'a>(&self, names: impl IntoIterator<Item = &'a str>, wake: Wake) -> Watch {
         let mut watched = self.channels.watched();
         let channels: Vec<Arc<Channel>> = names
             .into_iter()
@@ -166,6 +188,7 @@ impl Wakeups {
                         name: name.to_owned(),
                         notify: Notify::new(),
                         listeners: Mutex::new(Vec::new()),
+                        named: Mutex::new(HashMap::new()),
                         ready: watch::Sender::new(Readiness::Pending),
                     });
                     watched.insert(name.to_owned(), (1, channel.clone()));
@@ -182,15 +205,26 @@ impl Wakeups {
             })
             .collect();
         drop(watched);
-        let own = (broadcast || channels.len() > 1).then(|| {
-            let own = Arc::new(Notify::new());
-            for channel in &channels {
-                channel.listeners().push(own.clone());
+        let own = match &wake {
+            Wake::One => None,
+            Wake::Every => {
+                let own = Arc::new(Notify::new());
+                for channel in &channels {
+                    channel.listeners().push(own.clone());
+                }
+                Some(own)
             }
-            own
-        });
+            Wake::Named(owner) => {
+                let own = Arc::new(Notify::new());
+                for channel in &channels {
+                    channel.named().insert(owner.clone(), own.clone());
+                }
+                Some(own)
+            }
+        };
         Watch {
             channels,
+            wake,
             own,
             shared: self.channels.clone(),
             commands: self.commands.clone(),
@@ -201,7 +235,8 @@ impl Wakeups {
 /// One waiter's interest in the release channels of the locks it waits for.
 pub(crate) struct Watch {
     channels: Vec<Arc<Channel>>,
-    /// A notification of its own when waiting for several locks.
+    wake: Wake,
+    /// A notification of its own, unless woken in turn with others.
     own: Option<Arc<Notify>>,
     shared: Arc<Channels>,
     commands: mpsc::UnboundedSender<Command>,
@@ -239,9 +274,15 @@ impl Watch {
 
 impl Drop for Watch {
     fn drop(&mut self) {
-        if let Some(own) = &self.own {
-            for channel in &self.channels {
-                channel.listeners().retain(|l| !Arc::ptr_eq(l, own));
+        for channel in &self.channels {
+            match &self.wake {
+                Wake::One => {}
+                Wake::Every => channel
+                    .listeners()
+                    .retain(|l| !self.own.as_ref().is_some_and(|own| Arc::ptr_eq(l, own))),
+                Wake::Named(owner) => {
+                    channel.named().remove(owner);
+                }
             }
         }
         let mut watched = self.shared.watched();
@@ -268,8 +309,12 @@ fn dispatch(channels: &Channels, commands: &mpsc::UnboundedSender<Command>, push
                     .ok()
                     .and_then(|name| channels.get(name))
             {
-                tracing::trace!(channel = %channel.name, "release message");
-                channel.wake(false);
+                let payload = match push.data.get(1) {
+                    Some(Value::BulkString(payload)) => std::str::from_utf8(payload).ok(),
+                    _ => None,
+                };
+                tracing::trace!(channel = %channel.name, ?payload, "release message");
+                channel.wake(payload, false);
             }
         }
         PushKind::Disconnection => {
@@ -355,7 +400,7 @@ async fn resubscribe(
             Ok(()) => {
                 for channel in &all {
                     channel.ready.send_replace(Readiness::Subscribed);
-                    channel.wake(true);
+                    channel.wake(None, true);
                 }
                 tracing::debug!(channels = all.len(), "resubscribed after reconnect");
                 return;

@@ -4,6 +4,7 @@
 -- KEYS[1]  the places (sorted set scored by lease expiry)
 -- KEYS[2]  the holders' counts and tokens
 -- KEYS[3]  the release channel
+-- KEYS[4]  (read locks) the lock's queue of fair waiters, to name the next
 -- ARGV[1]  owner id
 -- ARGV[2]  "1" to drop every level at once, "0" to count down by one
 --
@@ -25,5 +26,9 @@ redis.call('HDEL', KEYS[2], 'c:' .. ARGV[1], 'f:' .. ARGV[1])
 if redis.call('ZCARD', KEYS[1]) == 0 then
   redis.call('DEL', KEYS[1], KEYS[2])
 end
-redis.call('PUBLISH', KEYS[3], 'released')
+if KEYS[4] then
+  redis.call('PUBLISH', KEYS[3], next_in_line(KEYS[4]))
+else
+  redis.call('PUBLISH', KEYS[3], 'released')
+end
 return {0}

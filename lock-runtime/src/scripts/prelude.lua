@@ -67,3 +67,10 @@ local function holds_place(set, owner)
   local score = redis.call('ZSCORE', set, owner)
   return score and tonumber(score) > now_ms()
 end
+
+-- What a release announces: the owner id first in the lock's queue of fair
+-- waiters, so that exactly that waiter wakes, or "released" for anyone.
+local function next_in_line(queue)
+  local first = redis.call('ZRANGE', queue, 0, 0)
+  return first[1] or 'released'
+end

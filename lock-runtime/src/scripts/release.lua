@@ -1,8 +1,10 @@
 -- Give back one level of one or more locks, atomically, and wake waiters
--- of each lock that becomes free.
+-- of each lock that becomes free: the first in line if the lock has a queue
+-- of fair waiters (the message names it), otherwise any.
 --
--- KEYS[1..n]       the lock hashes, n = #KEYS / 2
+-- KEYS[1..n]       the lock hashes, n = #KEYS / 3
 -- KEYS[n+1..2n]    their release channels
+-- KEYS[2n+1..3n]   their queues of fair waiters
 -- ARGV[1]          owner id
 -- ARGV[2]          "1" to drop every level at once (abandoning locks whose
 --                  acquire answer was lost), "0" to count down by one
@@ -10,7 +12,7 @@
 -- Returns, per lock, the remaining re-entry count (0: released and
 -- published), or -1 when the caller does not hold it (expired, or someone
 -- else's).
-local n = #KEYS / 2
+local n = #KEYS / 3
 local result = {}
 for i = 1, n do
   if redis.call('HGET', KEYS[i], 'owner') ~= ARGV[1] then
@@ -23,7 +25,7 @@ for i = 1, n do
     if count <= 0 then
       count = 0
       redis.call('DEL', KEYS[i])
-      redis.call('PUBLISH', KEYS[n + i], 'released')
+      redis.call('PUBLISH', KEYS[n + i], next_in_line(KEYS[2 * n + i]))
     end
     result[i] = count
   end

@@ -1,0 +1,60 @@
+-- Take or re-enter a lock in arrival order, or wait in line, atomically.
+--
+-- KEYS[1]  the lock hash (owner, count, fence)
+-- KEYS[2]  the fencing counter of the lock's hash slot
+-- KEYS[3]  the queue: waiting owners scored by arrival (server clock, us)
+-- KEYS[4]  the waiters' liveness: owners scored by when they stop counting (ms)
+-- KEYS[5]  the lock's readers (read-write locks), which also keep it taken
+-- ARGV[1]  owner id
+-- ARGV[2]  lease in milliseconds
+-- ARGV[3]  how long a waiter stays in line without trying again (ms)
+-- ARGV[4]  "1" to wait in line when the lock is not ours to take, "0" not to
+--
+-- Returns {1, fence, count} when the caller holds the lock afterwards, or
+-- {0, ms} with how long until the holder's lease or the first waiter's
+-- place runs out.
+local now = now_ms()
+-- Waiters that stopped trying (died, gave up silently) leave the line.
+for _, gone in ipairs(redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', now)) do
+  redis.call('ZREM', KEYS[3], gone)
+end
+redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', now)
+
+local owner = redis.call('HGET', KEYS[1], 'owner')
+if owner == ARGV[1] then
+  local count = redis.call('HINCRBY', KEYS[1], 'count', 1)
+  keep_for(KEYS[1], tonumber(ARGV[2]))
+  return {1, tonumber(redis.call('HGET', KEYS[1], 'fence')), count}
+end
+
+local first = redis.call('ZRANGE', KEYS[3], 0, 0)[1]
+local readers = redis.call('ZCOUNT', KEYS[5], '(' .. now, '+inf')
+if not owner and readers == 0 and (not first or first == ARGV[1]) then
+  local fence = next_fence(KEYS[2])
+  redis.call('HSET', KEYS[1], 'owner', ARGV[1], 'count', 1, 'fence', fence)
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  redis.call('ZREM', KEYS[3], ARGV[1])
+  redis.call('ZREM', KEYS[4], ARGV[1])
+  return {1, fence, 1}
+end
+
+local ttl
+if owner then
+  ttl = redis.call('PTTL', KEYS[1])
+elseif readers > 0 then
+  local last = redis.call('ZRANGE', KEYS[5], -1, -1, 'WITHSCORES')
+  ttl = tonumber(last[2]) - now
+else
+  ttl = tonumber(redis.call('ZSCORE', KEYS[4], first) or now) - now
+end
+if ARGV[4] == '1' then
+  if not redis.call('ZSCORE', KEYS[3], ARGV[1]) then
+    local t = redis.call('TIME')
+    redis.call('ZADD', KEYS[3], tonumber(t[1]) * 1000000 + tonumber(t[2]), ARGV[1])
+  end
+  local stay = tonumber(ARGV[3])
+  redis.call('ZADD', KEYS[4], now + stay, ARGV[1])
+  keep_for(KEYS[3], stay)
+  keep_for(KEYS[4], stay)
+end
+return {0, ttl}

@@ -1,0 +1,210 @@
+//! Fair locks: arrival order, exactly-one wake-ups, waiters that give up or die.
+
+mod common;
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use common::{client, holder_env, lock_key, ok, within};
+use lock_testkit::{RedisServer, unique_key};
+
+/// Script calls the server has run so far.
+fn script_calls(server: &RedisServer) -> u64 {
+    server
+        .cli(&["INFO", "commandstats"])
+        .lines()
+        .filter(|line| line.starts_with("cmdstat_evalsha:") || line.starts_with("cmdstat_eval:"))
+        .filter_map(|line| {
+            line.split("calls=")
+                .nth(1)?
+                .split(',')
+                .next()?
+                .parse::<u64>()
+                .ok()
+        })
+        .sum()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiters_take_the_lock_in_arrival_order_and_only_the_next_wakes() {
+    const WAITERS: usize = 12;
+    let server = RedisServer::start();
+    let clients = [client(&server).await, client(&server).await];
+    let holder = client(&server).await;
+    let name = unique_key("fifo");
+    let guard = ok(&server, holder.fair_lock(name.as_str()).acquire().await);
+
+    let order = Arc::new(Mutex::new(Vec::new()));
+    let mut waiters = Vec::new();
+    for arrival in 0..WAITERS {
+        let (locks, name, order) = (clients[arrival % 2].clone(), name.clone(), order.clone());
+        waiters.push(tokio::spawn(async move {
+            let turn = locks
+                .fair_lock(name)
+                .wait(Duration::from_secs(30))
+                .acquire()
+                .await?;
+            order.lock().unwrap().push(arrival);
+            tokio::time::sleep(Duration::from_millis(5)).await;
+            turn.release().await
+        }));
+        // Let each waiter get in line before the next arrives.
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(
+        server.cli(&["ZCARD", &format!("{}:queue", lock_key(&name))]),
+        WAITERS.to_string()
+    );
+
+    let before = script_calls(&server);
+    ok(&server, guard.release().await);
+    within(
+        &server,
+        Duration::from_secs(20),
+        "every waiter's turn",
+        async {
+            for waiter in waiters {
+                ok(&server, waiter.await.unwrap());
+            }
+        },
+    )
+    .await;
+    let calls = script_calls(&server) - before;
+    assert_eq!(*order.lock().unwrap(), (0..WAITERS).collect::<Vec<_>>());
+    // Per handoff: one release and one acquire, plus a few periodic
+    // check-ins. Waking every waiter on each release would cost about
+    // WAITERS * WAITERS / 2 attempts.
+    assert!(
+        calls < 4 * WAITERS as u64,
+        "{calls} script calls for {WAITERS} handoffs"
+    );
+    for suffix in ["", ":queue", ":queue:alive"] {
+        assert_eq!(
+            server.cli(&["EXISTS", &format!("{}{suffix}", lock_key(&name))]),
+            "0"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_that_gives_up_leaves_the_line_at_once() {
+    let server = RedisServer::start();
+    let locks = client(&server).await;
+    let holder = client(&server).await;
+    let name = unique_key("give-up");
+    let guard = ok(&server, holder.fair_lock(name.as_str()).acquire().await);
+
+    let impatient = {
+        let (locks, name) = (locks.clone(), name.clone());
+        tokio::spawn(async move {
+            locks
+                .fair_lock(name)
+                .wait(Duration::from_millis(300))
+                .acquire()
+                .await
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let patient = {
+        let (locks, name) = (locks.clone(), name.clone());
+        tokio::spawn(async move {
+            let turn = locks
+                .fair_lock(name)
+                .wait(Duration::from_secs(20))
+                .acquire()
+                .await;
+            (Instant::now(), turn)
+        })
+    };
+    let gave_up = impatient.await.unwrap().expect_err("timed out");
+    assert!(gave_up.is_timeout());
+    // A dropped waiter leaves the line too.
+    let dropped = {
+        let (locks, name) = (locks.clone(), name.clone());
+        tokio::spawn(async move {
+            locks
+                .fair_lock(name)
+                .wait(Duration::from_secs(20))
+                .acquire()
+                .await
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    dropped.abort();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(
+        server.cli(&["ZCARD", &format!("{}:queue", lock_key(&name))]),
+        "1"
+    );
+
+    let released = Instant::now();
+    ok(&server, guard.release().await);
+    let (taken_at, turn) = patient.await.unwrap();
+    assert!(
+        taken_at - released < Duration::from_millis(800),
+        "{:?}",
+        taken_at - released
+    );
+    ok(&server, ok(&server, turn).release().await);
+}
+
+/// Run by `a_waiter_that_dies_stops_holding_up_the_line` in a child process:
+/// waits in line until killed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "run as a child process by the fair-lock test"]
+async fn fair_waiter_process() {
+    let Some((url, name)) = holder_env() else {
+        return;
+    };
+    let locks = lock_runtime::LockClient::connect(&url)
+        .await
+        .expect("connect");
+    println!("HELD 0");
+    let _ = locks
+        .fair_lock(name)
+        .wait(Duration::from_secs(600))
+        .acquire()
+        .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_that_dies_stops_holding_up_the_line() {
+    let server = RedisServer::start();
+    let locks = client(&server).await;
+    let name = unique_key("dies");
+    let guard = ok(&server, locks.fair_lock(name.as_str()).acquire().await);
+    let (mut child, _) = common::spawn_holder(&server, "fair_waiter_process", &name);
+    let queue = format!("{}:queue", lock_key(&name));
+    within(&server, Duration::from_secs(10), "child in line", async {
+        while server.cli(&["ZCARD", &queue]) != "1" {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    let next = {
+        let (locks, name) = (locks.clone(), name.clone());
+        tokio::spawn(async move {
+            locks
+                .fair_lock(name)
+                .wait(Duration::from_secs(30))
+                .acquire()
+                .await
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    child.kill().expect("SIGKILL waiter");
+    child.wait().unwrap();
+    let killed = Instant::now();
+    ok(&server, guard.release().await);
+    let turn = within(&server, Duration::from_secs(15), "next waiter", next)
+        .await
+        .unwrap();
+    let turn: lock_runtime::LockGuard = ok(&server, turn);
+    // The dead waiter's place lapses after a few seconds, not a lease.
+    assert!(
+        killed.elapsed() < Duration::from_secs(8),
+        "{:?}",
+        killed.elapsed()
+    );
+    ok(&server, turn.release().await);
+}
