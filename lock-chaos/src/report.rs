@@ -304,6 +304,27 @@ pub fn markdown(
         for o in figures.unwarned_overlaps.iter().take(EXAMPLES) {
             let _ = writeln!(w, "- {}", overlap_line(o, history, t0));
         }
+        let mut kinds: Vec<FaultKind> = figures
+            .unwarned_overlaps
+            .iter()
+            .filter_map(|o| o.last_fault)
+            .collect();
+        kinds.sort();
+        kinds.dedup();
+        if !kinds.is_empty() {
+            let only = Options {
+                faults: kinds,
+                duration: std::time::Duration::from_secs(30),
+                report: None,
+                ci: false,
+                ..options.clone()
+            };
+            let _ = writeln!(
+                w,
+                "\nTo reproduce with only those faults: `{}`",
+                only.command()
+            );
+        }
         let _ = writeln!(w);
     }
     if !figures.token_regressions.is_empty() {
