@@ -13,7 +13,7 @@ use uuid::Uuid;
 use crate::config::{Config, LockClientBuilder};
 use crate::error::LockError;
 use crate::request::{Kind, LockRequest};
-use crate::scripts::Scripts;
+use crate::scripts::{Quarantine, Scripts};
 use crate::wakeups::Wakeups;
 use crate::watchdog::{self, Registry};
 
@@ -84,6 +84,20 @@ fn redis_client(info: redis::ConnectionInfo, config: &Config) -> Result<redis::C
         _ => redis::Client::open(info),
     };
     client.map_err(|err| LockError::from_redis(None, err))
+}
+
+/// The server's run id, which changes whenever it restarts.
+async fn run_id(conn: &ConnectionManager) -> redis::RedisResult<String> {
+    let info: String = redis::cmd("INFO")
+        .arg("server")
+        .query_async(&mut conn.clone())
+        .await?;
+    Ok(info
+        .lines()
+        .find_map(|line| line.strip_prefix("run_id:"))
+        .unwrap_or_default()
+        .trim()
+        .to_owned())
 }
 
 impl LockClient {
@@ -158,7 +172,22 @@ impl LockClient {
             }
         };
 
-        let scripts = Scripts::new(conn, config.command_timeout);
+        let seen = match tokio::time::timeout(config.command_timeout, run_id(&conn)).await {
+            Ok(Ok(seen)) => seen,
+            Ok(Err(err)) => return Err(LockError::from_redis(None, err)),
+            Err(_) => {
+                return Err(LockError::CommandTimeout {
+                    key: None,
+                    after: config.command_timeout,
+                });
+            }
+        };
+        let quarantine = Quarantine {
+            seen: seen.into(),
+            length: config.restart_quarantine,
+            strict: config.strict_restart_quarantine,
+        };
+        let scripts = Scripts::new(conn, config.command_timeout, quarantine);
         tokio::spawn(watchdog::run(
             registry.clone(),
             scripts.clone(),

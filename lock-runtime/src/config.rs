@@ -20,6 +20,8 @@ pub(crate) struct Config {
     pub(crate) command_timeout: Duration,
     /// PEM root certificates trusted for `rediss://` instead of the system's.
     pub(crate) tls_roots: Option<Vec<u8>>,
+    pub(crate) restart_quarantine: Duration,
+    pub(crate) strict_restart_quarantine: bool,
 }
 
 impl Default for Config {
@@ -32,6 +34,8 @@ impl Default for Config {
             connect_timeout: Duration::from_secs(5),
             command_timeout: Duration::from_secs(3),
             tls_roots: None,
+            restart_quarantine: Duration::from_secs(30),
+            strict_restart_quarantine: false,
         }
     }
 }
@@ -122,6 +126,36 @@ impl LockClientBuilder {
     /// of the lease plus 2 ms).
     pub fn drift(mut self, drift: Duration) -> Self {
         self.config.drift = Some(drift);
+        self
+    }
+
+    /// How long after Redis restarts *without its data* no lock is granted
+    /// (default 30 s; `Duration::ZERO` turns this off). Set it to at least
+    /// the longest lease any client uses.
+    ///
+    /// A Redis without persistence that restarts has forgotten every lock,
+    /// while their holders, not told yet, go on working; granting the same
+    /// locks at once would make two holders. This is the Redlock paper's
+    /// *delayed restart*, done by the clients: a lock is refused (waiters
+    /// wait, `wait(0)` gets [`LockError::Timeout`]) until the server has been
+    /// up for this long, by when every lock granted before has run out and
+    /// its holder has been told. It applies to servers this client saw
+    /// restart; see [`strict_restart_quarantine`](Self::strict_restart_quarantine)
+    /// for clients that connect after the restart. Locks whose keys survive
+    /// (persistence, a promoted replica) are not affected.
+    pub fn restart_quarantine(mut self, quarantine: Duration) -> Self {
+        self.config.restart_quarantine = quarantine;
+        self
+    }
+
+    /// Also apply the [restart quarantine](Self::restart_quarantine) to a
+    /// server this client never saw restart, as long as it has been up for
+    /// less than the quarantine (default off). Turn it on when clients may
+    /// start right after a Redis crash (a process restarted along with it);
+    /// the price is that the first locks after *any* Redis start wait for the
+    /// quarantine.
+    pub fn strict_restart_quarantine(mut self, strict: bool) -> Self {
+        self.config.strict_restart_quarantine = strict;
         self
     }
 

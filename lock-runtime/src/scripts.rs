@@ -4,7 +4,7 @@
 //! run with EVALSHA; after a server restart empties the script cache, the
 //! NOSCRIPT reply makes redis-rs load it and retry.
 
-use std::sync::LazyLock;
+use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
 use redis::aio::ConnectionManager;
@@ -79,16 +79,39 @@ pub(crate) enum Released {
     NotHeld,
 }
 
+/// The restart quarantine every acquire script applies (see
+/// `quarantine_left` in prelude.lua and `LockClientBuilder::restart_quarantine`).
+#[derive(Debug, Clone)]
+pub(crate) struct Quarantine {
+    /// The server's run id when this client connected.
+    pub(crate) seen: Arc<str>,
+    pub(crate) length: Duration,
+    pub(crate) strict: bool,
+}
+
 /// A connection to the lock server plus the timeout every call gets.
 #[derive(Clone)]
 pub(crate) struct Scripts {
     conn: ConnectionManager,
     timeout: Duration,
+    quarantine: Quarantine,
 }
 
 impl Scripts {
-    pub(crate) fn new(conn: ConnectionManager, timeout: Duration) -> Self {
-        Scripts { conn, timeout }
+    pub(crate) fn new(conn: ConnectionManager, timeout: Duration, quarantine: Quarantine) -> Self {
+        Scripts {
+            conn,
+            timeout,
+            quarantine,
+        }
+    }
+
+    /// Appends the quarantine arguments every acquire script takes last.
+    fn quarantine_args(&self, call: &mut ScriptInvocation<'_>) {
+        let quarantine = &self.quarantine;
+        call.arg(&*quarantine.seen)
+            .arg(quarantine.length.as_millis() as u64)
+            .arg(if quarantine.strict { "1" } else { "0" });
     }
 
     /// Takes every lock in `keys` or none; `name` names them in errors. A
@@ -117,6 +140,7 @@ impl Scripts {
         call.arg(owner)
             .arg(millis(lease))
             .arg(waiting.as_millis() as u64);
+        self.quarantine_args(&mut call);
         let reply: Vec<i64> = self.run(Some(name), &call, self.timeout).await?;
         acquired(name, keys.len(), &reply)
     }
@@ -137,6 +161,7 @@ impl Scripts {
             .arg(owner)
             .arg(millis(lease))
             .arg(permits);
+        self.quarantine_args(&mut call);
         let reply: Vec<i64> = self.run(Some(name), &call, self.timeout).await?;
         acquired(name, 1, &reply)
     }
@@ -157,6 +182,7 @@ impl Scripts {
             .key(keys.writer_waiting())
             .arg(owner)
             .arg(millis(lease));
+        self.quarantine_args(&mut call);
         let reply: Vec<i64> = self.run(Some(name), &call, self.timeout).await?;
         acquired(name, 1, &reply)
     }
@@ -183,6 +209,7 @@ impl Scripts {
             .arg(millis(lease))
             .arg(millis(stay))
             .arg(if enqueue { "1" } else { "0" });
+        self.quarantine_args(&mut call);
         let reply: Vec<i64> = self.run(Some(name), &call, self.timeout).await?;
         acquired(name, 1, &reply)
     }

@@ -4,7 +4,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{builder, client, lock_key, ok, within};
+use common::{QUARANTINE, builder, client, lock_key, ok, within};
 use lock_runtime::LossReason;
 use lock_testkit::{RedisServer, unique_key};
 
@@ -156,6 +156,7 @@ async fn a_restarted_server_means_loss_and_the_client_recovers() {
     let fence_before = guard.fence();
 
     server.restart();
+    let restarted = Instant::now();
     within(
         &server,
         Duration::from_secs(5),
@@ -165,29 +166,41 @@ async fn a_restarted_server_means_loss_and_the_client_recovers() {
     .await;
     drop(guard);
 
-    // The same client works again once the server is back.
-    let again = within(
-        &server,
-        Duration::from_secs(10),
-        "acquire after restart",
-        async {
-            loop {
-                match holder
-                    .lock(name.as_str())
-                    .wait(Duration::from_secs(1))
-                    .acquire()
-                    .await
-                {
-                    Ok(guard) => return guard,
-                    Err(err) if err.is_unavailable() => {
-                        tokio::time::sleep(Duration::from_millis(50)).await
-                    }
-                    Err(err) => panic!("{err}"),
+    // The same client works again once the server is back, after the
+    // restart quarantine: until then the lock is refused, since holders
+    // from before the restart may not have been told yet.
+    let refused = within(&server, Duration::from_secs(5), "refusal", async {
+        loop {
+            match holder
+                .lock(name.as_str())
+                .wait(Duration::ZERO)
+                .acquire()
+                .await
+            {
+                Err(err) if err.is_unavailable() => {
+                    tokio::time::sleep(Duration::from_millis(50)).await
                 }
+                other => return other,
             }
-        },
-    )
+        }
+    })
     .await;
+    assert!(refused.expect_err("quarantined").is_timeout());
+    let again = ok(
+        &server,
+        holder
+            .lock(name.as_str())
+            .wait(Duration::from_secs(10))
+            .acquire()
+            .await,
+    );
+    // uptime_in_seconds counts whole seconds: up to one more.
+    let waited = restarted.elapsed();
+    assert!(
+        waited >= QUARANTINE - Duration::from_millis(500),
+        "{waited:?}"
+    );
+    assert!(waited < QUARANTINE + Duration::from_secs(3), "{waited:?}");
     assert!(!again.is_lost());
     // The restarted server lost the fencing counter; tokens still grow.
     assert!(
@@ -248,4 +261,51 @@ async fn a_restart_is_noticed_at_once_not_at_the_next_renewal() {
             ..
         }
     ));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn clients_that_met_the_server_after_its_restart_quarantine_only_when_strict() {
+    let mut server = RedisServer::start();
+    server.restart();
+    // Connected after the restart: it never saw the server lose anything.
+    let relaxed = client(&server).await;
+    let guard = ok(
+        &server,
+        relaxed.lock("fresh").wait(Duration::ZERO).acquire().await,
+    );
+    ok(&server, guard.release().await);
+
+    server.restart();
+    let strict = builder(&server)
+        .strict_restart_quarantine(true)
+        .connect()
+        .await
+        .expect("connect");
+    let refused = strict.lock("fresh").wait(Duration::ZERO).acquire().await;
+    assert!(refused.expect_err("strict: quarantined").is_timeout());
+    let started = Instant::now();
+    let guard = ok(
+        &server,
+        strict
+            .lock("fresh")
+            .wait(Duration::from_secs(10))
+            .acquire()
+            .await,
+    );
+    assert!(started.elapsed() < QUARANTINE + Duration::from_secs(2));
+    ok(&server, guard.release().await);
+
+    // Turned off, nothing waits.
+    server.restart();
+    let off = builder(&server)
+        .strict_restart_quarantine(true)
+        .restart_quarantine(Duration::ZERO)
+        .connect()
+        .await
+        .expect("connect");
+    let guard = ok(
+        &server,
+        off.lock("fresh").wait(Duration::ZERO).acquire().await,
+    );
+    ok(&server, guard.release().await);
 }

@@ -11,6 +11,7 @@
 -- ARGV[1]          owner id (client uuid : scope id)
 -- ARGV[2]          lease in milliseconds
 -- ARGV[3]          how long the caller will keep waiting, in milliseconds
+-- ARGV[4..6]       the restart quarantine: run id seen, ms, strict (prelude)
 --
 -- Returns {1, fence_1, count_1, ..., fence_n, count_n} when the caller holds
 -- every lock afterwards, or {0, pttl} with the longest remaining lease among
@@ -26,7 +27,10 @@ local function blocked_for(ttl)
 end
 for i = 1, n do
   local owner = redis.call('HGET', KEYS[i], 'owner')
-  if owner and owner ~= ARGV[1] then
+  local closed = quarantine_left(KEYS[n + i], ARGV[4], tonumber(ARGV[5]), ARGV[6] == '1')
+  if closed then
+    blocked_for(closed)
+  elseif owner and owner ~= ARGV[1] then
     blocked_for(redis.call('PTTL', KEYS[i]))
   elseif redis.call('EXISTS', KEYS[2 * n + i]) == 1 then
     local readers = KEYS[2 * n + i]

@@ -9,6 +9,7 @@
 -- ARGV[2]  lease in milliseconds
 -- ARGV[3]  how long a waiter stays in line without trying again (ms)
 -- ARGV[4]  "1" to wait in line when the lock is not ours to take, "0" not to
+-- ARGV[5..7]  the restart quarantine: run id seen, ms, strict (prelude)
 --
 -- Returns {1, fence, count} when the caller holds the lock afterwards, or
 -- {0, ms} with how long until the holder's lease or the first waiter's
@@ -29,7 +30,8 @@ end
 
 local first = redis.call('ZRANGE', KEYS[3], 0, 0)[1]
 local readers = redis.call('ZCOUNT', KEYS[5], '(' .. now, '+inf')
-if not owner and readers == 0 and (not first or first == ARGV[1]) then
+local closed = quarantine_left(KEYS[2], ARGV[5], tonumber(ARGV[6]), ARGV[7] == '1')
+if not closed and not owner and readers == 0 and (not first or first == ARGV[1]) then
   local fence = next_fence(KEYS[2])
   redis.call('HSET', KEYS[1], 'owner', ARGV[1], 'count', 1, 'fence', fence)
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
@@ -39,7 +41,9 @@ if not owner and readers == 0 and (not first or first == ARGV[1]) then
 end
 
 local ttl
-if owner then
+if closed then
+  ttl = closed
+elseif owner then
   ttl = redis.call('PTTL', KEYS[1])
 elseif readers > 0 then
   local last = redis.call('ZRANGE', KEYS[5], -1, -1, 'WITHSCORES')

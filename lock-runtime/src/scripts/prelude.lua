@@ -74,3 +74,26 @@ local function next_in_line(queue)
   local first = redis.call('ZRANGE', queue, 0, 0)
   return first[1] or 'released'
 end
+
+-- How much longer no lock may be granted in the hash slot of `counter`
+-- (ms), or nil. A missing counter means the slot was never used, or the
+-- server lost its data (a restart without persistence): then locks granted
+-- before may still be held by holders not yet told, and granting the lock
+-- again before they could have run out would make two holders. So while the
+-- server has been up for less than the quarantine, a slot without a counter
+-- is closed, if this client saw the server restart (its run id is not the
+-- one `seen` at connect) or `strict` says to assume so (see config.rs).
+local function quarantine_left(counter, seen, quarantine_ms, strict)
+  if quarantine_ms <= 0 or redis.call('EXISTS', counter) == 1 then
+    return nil
+  end
+  local info = redis.call('INFO', 'server')
+  local uptime = tonumber(string.match(info, 'uptime_in_seconds:(%d+)')) * 1000
+  if uptime >= quarantine_ms then
+    return nil
+  end
+  if not strict and string.match(info, 'run_id:(%x+)') == seen then
+    return nil
+  end
+  return quarantine_ms - uptime
+end

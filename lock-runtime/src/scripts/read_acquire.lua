@@ -7,9 +7,14 @@
 -- KEYS[5]  the marker a waiting writer sets to hold back new readers
 -- ARGV[1]  owner id
 -- ARGV[2]  lease in milliseconds
+-- ARGV[3..5]  the restart quarantine: run id seen, ms, strict (prelude)
 --
 -- Returns {1, fence, count} when the caller reads afterwards, or {0, pttl}
 -- with how long the writer (or the waiting writer's marker) lasts at most.
+local closed = quarantine_left(KEYS[4], ARGV[3], tonumber(ARGV[4]), ARGV[5] == '1')
+if closed then
+  return {0, closed}
+end
 local writer = redis.call('HGET', KEYS[1], 'owner')
 if writer and writer ~= ARGV[1] then
   return {0, redis.call('PTTL', KEYS[1])}

@@ -16,7 +16,11 @@ pub fn builder(server: &RedisServer) -> lock_runtime::LockClientBuilder {
     LockClient::builder(&server.url())
         .connect_timeout(Duration::from_secs(1))
         .command_timeout(Duration::from_millis(500))
+        .restart_quarantine(QUARANTINE)
 }
+
+/// The restart quarantine of test clients: longer than their leases.
+pub const QUARANTINE: Duration = Duration::from_secs(3);
 
 /// The Redis key of the lock `name` (see the layout in keys.rs).
 pub fn lock_key(name: &str) -> String {
