@@ -1,21 +1,28 @@
-//! The attribute's options: `key`, `lease`, `wait`, `client`, `crate`.
+//! The attribute's options: the lock's name (`key` or `keys`), its kind
+//! (`permits`, `mode`, `fair`), `lease`, `wait`, `client` and `crate`.
 //!
 //! Every option is parsed by one setter that rejects a repeat and checks the
 //! value, so a misspelt, repeated or malformed option is reported on its own
-//! tokens, and all of them are reported together.
+//! tokens. Options that contradict each other are reported once all are
+//! read, on the later of the two. All errors are reported together.
 
 use proc_macro2::{Span, TokenStream};
 use syn::ext::IdentExt as _;
 use syn::parse::{ParseStream, Parser as _};
 use syn::spanned::Spanned as _;
-use syn::{Expr, ExprLit, Ident, Lit, LitStr, Path, Token};
+use syn::{Expr, ExprArray, ExprLit, ExprUnary, Ident, Lit, LitStr, Path, Token, UnOp};
 
 use crate::duration::{self, MIN_LEASE_MS};
 use crate::key::{self, Template};
 
 /// The options, in the order the docs list them.
-const KNOWN: &str = "`key`, `lease`, `wait`, `client` or `crate`";
-const NAMES: [&str; 5] = ["key", "lease", "wait", "client", "crate"];
+const KNOWN: &str =
+    "`key`, `keys`, `permits`, `mode`, `fair`, `lease`, `wait`, `client` or `crate`";
+const NAMES: [&str; 9] = [
+    "key", "keys", "permits", "mode", "fair", "lease", "wait", "client", "crate",
+];
+
+const KEYS_EXAMPLE: &str = "`keys = [\"account:<from>\", \"account:<to>\"]`";
 
 /// Several errors, reported as one.
 #[derive(Default)]
@@ -43,9 +50,31 @@ impl Errors {
     }
 }
 
+/// What kind of lock the function takes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Kind {
+    /// `key` or `keys`, alone or with `mode = "write"`: one holder at a time.
+    Exclusive,
+    /// `permits = N`: one of N permits of a semaphore.
+    Permits(u32),
+    /// `mode = "read"`: shared with other readers, excluded by writers.
+    Read,
+    /// `fair = true`: waiters take the lock in arrival order.
+    Fair,
+}
+
+/// `mode = "..."`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    Read,
+    Write,
+}
+
 /// The options of one attribute.
 pub(crate) struct Options {
-    pub(crate) key: Template,
+    /// `key`'s template, or `keys`'s (at least one).
+    pub(crate) keys: Vec<Template>,
+    pub(crate) kind: Kind,
     /// Milliseconds; `None` leaves the client's default.
     pub(crate) lease: Option<u64>,
     /// Milliseconds; `None` leaves the client's default.
@@ -86,16 +115,32 @@ impl Options {
         let missing = || {
             syn::Error::new(
                 Span::call_site(),
-                "missing `key`: name the lock, like `#[distributed_lock(key = \"order:<order_id>\")]`",
+                format!(
+                    "missing `key`: name the lock, like `#[distributed_lock(key = \"order:<order_id>\")]`, \
+                     or the locks to take together, like {KEYS_EXAMPLE}"
+                ),
             )
         };
-        if complete && !setters.key_given {
+        if complete && setters.given("key").is_none() && setters.given("keys").is_none() {
             errors.push(missing());
         }
+        setters.check_combinations(&mut errors);
         errors.finish()?;
+        // Without errors, exactly one of `key` and `keys` was given, and valid.
+        let keys = match (setters.key, setters.keys) {
+            (Some(key), _) => vec![key],
+            (None, Some(keys)) => keys,
+            (None, None) => return Err(missing()),
+        };
+        let kind = match (setters.permits, setters.mode, setters.fair) {
+            (Some(permits), _, _) => Kind::Permits(permits),
+            (None, Some(Mode::Read), _) => Kind::Read,
+            (None, _, Some(true)) => Kind::Fair,
+            _ => Kind::Exclusive,
+        };
         Ok(Options {
-            // Without errors, the key was given and valid.
-            key: setters.key.ok_or_else(missing)?,
+            keys,
+            kind,
             lease: setters.lease,
             wait: setters.wait,
             client: setters.client,
@@ -108,15 +153,18 @@ impl Options {
 #[derive(Default)]
 struct Setters {
     key: Option<Template>,
-    /// Set even when the template is invalid, so that "missing `key`" is
-    /// not reported on top of the template's own errors.
-    key_given: bool,
+    keys: Option<Vec<Template>>,
+    permits: Option<u32>,
+    mode: Option<Mode>,
+    fair: Option<bool>,
     lease: Option<u64>,
     wait: Option<u64>,
     client: Option<Expr>,
     krate: Option<Path>,
-    /// The option names seen.
-    seen: Vec<String>,
+    /// The options given, in order, with the spans of their names; an
+    /// option is here even when its value was rejected, so that no error
+    /// follows from its absence (such as "missing `key`").
+    seen: Vec<(String, Span)>,
 }
 
 impl Setters {
@@ -131,15 +179,19 @@ impl Setters {
                 format!("unknown option `{text}`; {hint}the options are {KNOWN}"),
             ));
         }
-        if self.seen.contains(&text) {
+        if self.given(&text).is_some() {
             return Err(syn::Error::new(
                 name.span(),
                 format!("`{text}` is given more than once; keep one"),
             ));
         }
-        self.seen.push(text.clone());
+        self.seen.push((text.clone(), name.span()));
         match text.as_str() {
             "key" => self.set_key(value),
+            "keys" => self.set_keys(value),
+            "permits" => self.set_permits(value),
+            "mode" => self.set_mode(value),
+            "fair" => self.set_fair(value),
             "lease" => self.set_lease(value),
             "wait" => self.set_wait(value),
             "client" => self.set_client(value),
@@ -147,8 +199,95 @@ impl Setters {
         }
     }
 
+    /// Where the option `name` was given, if it was.
+    fn given(&self, name: &str) -> Option<Span> {
+        self.seen
+            .iter()
+            .find(|(seen, _)| seen == name)
+            .map(|&(_, span)| span)
+    }
+
+    /// Reports options that contradict each other, each pair once, on the
+    /// option written later.
+    fn check_combinations(&self, errors: &mut Errors) {
+        let read = self.mode == Some(Mode::Read);
+        let fair = self.fair == Some(true);
+        let rules: [(bool, &str, &str, &str); 8] = [
+            (
+                true,
+                "key",
+                "keys",
+                "`key` and `keys` cannot be used together: `key` names one lock, `keys` several \
+                 taken together; put every template in `keys`, or keep only `key`",
+            ),
+            (
+                true,
+                "permits",
+                "keys",
+                "`permits` cannot be used with `keys`: a semaphore has one name; \
+                 write it with `key`, like `key = \"exports\", permits = 3`",
+            ),
+            (
+                true,
+                "mode",
+                "permits",
+                "`mode` cannot be used with `permits`: a semaphore has no readers or writers, \
+                 only up to `permits` holders; remove `mode`, or `permits` for a read-write lock",
+            ),
+            (
+                fair,
+                "fair",
+                "permits",
+                "`fair = true` cannot be used with `permits`: semaphores are not fair; \
+                 remove `fair`, or `permits` for a fair lock",
+            ),
+            (
+                fair && read,
+                "fair",
+                "mode",
+                "`fair = true` cannot be used with `mode = \"read\"`: read-write locks are not fair, \
+                 though a waiting writer is not starved by new readers; remove `fair`, or `mode`",
+            ),
+            (
+                fair && self.mode == Some(Mode::Write),
+                "fair",
+                "mode",
+                "`fair = true` cannot be used with `mode = \"write\"`: a fair lock is a kind of lock of \
+                 its own, not the write side of a read-write lock (it is exclusive already); \
+                 remove `mode`, or `fair`",
+            ),
+            (
+                fair,
+                "fair",
+                "keys",
+                "`fair = true` cannot be used with `keys`: several locks taken together are not fair; \
+                 remove `fair`, or lock one `key`",
+            ),
+            (
+                read,
+                "mode",
+                "keys",
+                "`mode = \"read\"` cannot be used with `keys`: several locks are taken together \
+                 exclusively only; remove `mode`, or lock one `key`",
+            ),
+        ];
+        for (applies, a, b, message) in rules {
+            if !applies {
+                continue;
+            }
+            let (Some(a), Some(b)) = (self.position(a), self.position(b)) else {
+                continue;
+            };
+            let (_, span) = self.seen[a.max(b)];
+            errors.push(syn::Error::new(span, message));
+        }
+    }
+
+    fn position(&self, name: &str) -> Option<usize> {
+        self.seen.iter().position(|(seen, _)| seen == name)
+    }
+
     fn set_key(&mut self, value: Expr) -> syn::Result<()> {
-        self.key_given = true;
         let lit = string(
             &value,
             "key",
@@ -156,6 +295,178 @@ impl Setters {
         )?;
         self.key = Some(key::parse(&lit)?);
         Ok(())
+    }
+
+    fn set_keys(&mut self, value: Expr) -> syn::Result<()> {
+        let elems = match &value {
+            Expr::Array(ExprArray { elems, .. }) if elems.is_empty() => {
+                return Err(syn::Error::new(
+                    value.span(),
+                    format!(
+                        "`keys` is empty: list the locks to take together, like {KEYS_EXAMPLE}"
+                    ),
+                ));
+            }
+            Expr::Array(ExprArray { elems, .. }) => elems,
+            Expr::Lit(ExprLit {
+                lit: Lit::Str(lit), ..
+            }) => {
+                return Err(syn::Error::new(
+                    lit.span(),
+                    format!(
+                        "`keys` takes a list of templates, like {KEYS_EXAMPLE}; \
+                         for one lock, write `key = {}`",
+                        lit.token()
+                    ),
+                ));
+            }
+            value => {
+                return Err(syn::Error::new_spanned(
+                    value,
+                    format!("`keys` takes a list of templates, like {KEYS_EXAMPLE}"),
+                ));
+            }
+        };
+        let mut errors = Errors::default();
+        let mut templates = Vec::new();
+        let mut texts: Vec<String> = Vec::new();
+        for elem in elems {
+            let Some(lit) = errors.take(string(
+                elem,
+                "keys",
+                &format!("template strings, like {KEYS_EXAMPLE}"),
+            )) else {
+                continue;
+            };
+            if texts.contains(&lit.value()) {
+                errors.push(syn::Error::new(
+                    lit.span(),
+                    format!(
+                        "{} is listed twice in `keys`; keep one (two templates that give the \
+                         same key at run time are taken as one lock)",
+                        lit.token()
+                    ),
+                ));
+                continue;
+            }
+            texts.push(lit.value());
+            if let Some(template) = errors.take(key::parse(&lit)) {
+                templates.push(template);
+            }
+        }
+        errors.finish()?;
+        self.keys = Some(templates);
+        Ok(())
+    }
+
+    fn set_permits(&mut self, value: Expr) -> syn::Result<()> {
+        const EXPECTED: &str =
+            "how many holders the semaphore lets in at once, a whole number like `permits = 3`";
+        let int = match &value {
+            Expr::Lit(ExprLit {
+                lit: Lit::Int(int), ..
+            }) if matches!(int.suffix(), "" | "u32") => int,
+            Expr::Lit(ExprLit {
+                lit: Lit::Str(lit), ..
+            }) if lit.value().parse::<u32>().is_ok() => {
+                return Err(syn::Error::new(
+                    lit.span(),
+                    format!(
+                        "`permits` takes a number, not a string: write `permits = {}`",
+                        lit.value()
+                    ),
+                ));
+            }
+            Expr::Unary(ExprUnary {
+                op: UnOp::Neg(_),
+                expr,
+                ..
+            }) if matches!(
+                **expr,
+                Expr::Lit(ExprLit {
+                    lit: Lit::Int(_),
+                    ..
+                })
+            ) =>
+            {
+                return Err(syn::Error::new_spanned(
+                    value,
+                    "`permits` is at least 1: it is how many holders the semaphore lets in at once",
+                ));
+            }
+            value => {
+                return Err(syn::Error::new_spanned(
+                    value,
+                    format!("`permits` takes {EXPECTED}"),
+                ));
+            }
+        };
+        let permits = int.base10_parse::<u32>().map_err(|_| {
+            syn::Error::new(int.span(), format!("`permits` is at most {}", u32::MAX))
+        })?;
+        if permits == 0 {
+            return Err(syn::Error::new(
+                int.span(),
+                "`permits = 0` would let nobody in: a semaphore needs at least 1 permit",
+            ));
+        }
+        self.permits = Some(permits);
+        Ok(())
+    }
+
+    fn set_mode(&mut self, value: Expr) -> syn::Result<()> {
+        const EXPECTED: &str = "`\"read\"` (shared with other readers) or `\"write\"` (alone), \
+                                like `mode = \"read\"`";
+        let lit = match &value {
+            // `mode = read`: say which string would work.
+            Expr::Path(path) if path.path.is_ident("read") || path.path.is_ident("write") => {
+                let word = path.path.segments[0].ident.to_string();
+                return Err(syn::Error::new_spanned(
+                    path,
+                    format!("`mode` takes a string: write `mode = \"{word}\"`"),
+                ));
+            }
+            value => string(value, "mode", EXPECTED)?,
+        };
+        self.mode = Some(match lit.value().as_str() {
+            "read" => Mode::Read,
+            "write" => Mode::Write,
+            other => {
+                let hint = did_you_mean(other, ["read", "write"])
+                    .map(|known| format!("did you mean `\"{known}\"`? "))
+                    .unwrap_or_default();
+                return Err(syn::Error::new(
+                    lit.span(),
+                    format!("unknown mode `{other}`; {hint}`mode` takes {EXPECTED}"),
+                ));
+            }
+        });
+        Ok(())
+    }
+
+    fn set_fair(&mut self, value: Expr) -> syn::Result<()> {
+        match &value {
+            Expr::Lit(ExprLit {
+                lit: Lit::Bool(fair),
+                ..
+            }) => {
+                self.fair = Some(fair.value);
+                Ok(())
+            }
+            Expr::Lit(ExprLit {
+                lit: Lit::Str(lit), ..
+            }) if matches!(lit.value().as_str(), "true" | "false") => Err(syn::Error::new(
+                lit.span(),
+                format!(
+                    "`fair` takes `true` or `false` without quotes: write `fair = {}`",
+                    lit.value()
+                ),
+            )),
+            value => Err(syn::Error::new_spanned(
+                value,
+                "`fair` takes `true` (waiters take the lock in arrival order) or `false`, like `fair = true`",
+            )),
+        }
     }
 
     fn set_lease(&mut self, value: Expr) -> syn::Result<()> {
@@ -225,8 +536,8 @@ fn string(value: &Expr, option: &str, expected: &str) -> syn::Result<LitStr> {
         Expr::Lit(ExprLit {
             lit: Lit::Str(lit), ..
         }) => Ok(lit.clone()),
-        _ => Err(syn::Error::new(
-            value.span(),
+        _ => Err(syn::Error::new_spanned(
+            value,
             format!("`{option}` takes {expected}"),
         )),
     }
@@ -327,7 +638,9 @@ mod tests {
             crate = "::my::locks",
         ))
         .unwrap();
-        assert_eq!(options.key.pieces.len(), 2);
+        assert_eq!(options.keys.len(), 1);
+        assert_eq!(options.keys[0].pieces.len(), 2);
+        assert_eq!(options.kind, Kind::Exclusive);
         assert_eq!(options.lease, Some(90_000));
         assert_eq!(options.wait, Some(0));
         assert!(options.client.is_some());
@@ -353,9 +666,15 @@ mod tests {
             unknown.contains("unknown option `leese`; did you mean `lease`?"),
             "{unknown}"
         );
-        assert!(unknown.contains("`key`, `lease`, `wait`, `client` or `crate`"));
+        assert!(unknown.contains(
+            "`key`, `keys`, `permits`, `mode`, `fair`, `lease`, `wait`, `client` or `crate`"
+        ));
         assert!(!error(quote!(key = "k", bogus = 1)).contains("did you mean"));
         assert!(error(quote!(key = "a", key = "b")).contains("`key` is given more than once"));
+        assert!(
+            error(quote!(keys = ["a"], fair = true, fair = false))
+                .contains("`fair` is given more than once")
+        );
     }
 
     #[test]
@@ -367,6 +686,165 @@ mod tests {
         assert!(error(quote!(key = "k", wait = "5 s")).contains("without spaces"));
         assert!(error(quote!(key = "k", client = "locks")).contains("not a literal"));
         assert!(error(quote!(key = "k", crate = "not a path")).contains("is not a path"));
+    }
+
+    #[test]
+    fn keys_name_several_locks() {
+        let options = Options::parse(quote!(keys = ["account:<from>", "account:<to>"])).unwrap();
+        assert_eq!(options.keys.len(), 2);
+        assert_eq!(options.kind, Kind::Exclusive);
+        let options =
+            Options::parse(quote!(keys = ["only"], mode = "write", fair = false)).unwrap();
+        assert_eq!(options.keys.len(), 1);
+        assert_eq!(options.kind, Kind::Exclusive);
+    }
+
+    #[test]
+    fn rejects_bad_keys() {
+        assert!(error(quote!(keys = [])).contains("`keys` is empty"));
+        let one = error(quote!(keys = "account:<id>"));
+        assert!(
+            one.contains("for one lock, write `key = \"account:<id>\"`"),
+            "{one}"
+        );
+        assert!(error(quote!(keys = accounts)).contains("`keys` takes a list of templates"));
+        assert!(error(quote!(keys = ["a", 1])).contains("`keys` takes template strings"));
+        assert!(error(quote!(keys = ["a:<x>", "a:<x>"])).contains("listed twice"));
+        // Every template is checked, and every problem reported.
+        let all = error(quote!(keys = ["<>", "ok", "a<b", 7]));
+        assert_eq!(all.lines().count(), 3, "{all}");
+        assert!(!all.contains("missing `key`"), "{all}");
+    }
+
+    #[test]
+    fn permits_make_a_semaphore() {
+        let options = Options::parse(quote!(key = "exports", permits = 3)).unwrap();
+        assert_eq!(options.kind, Kind::Permits(3));
+        let options = Options::parse(quote!(key = "exports", permits = 1u32)).unwrap();
+        assert_eq!(options.kind, Kind::Permits(1));
+    }
+
+    #[test]
+    fn rejects_bad_permits() {
+        assert!(
+            error(quote!(key = "k", permits = 0)).contains("`permits = 0` would let nobody in")
+        );
+        assert!(error(quote!(key = "k", permits = "3")).contains("write `permits = 3`"));
+        assert!(error(quote!(key = "k", permits = -1)).contains("`permits` is at least 1"));
+        assert!(
+            error(quote!(key = "k", permits = 2.5)).contains("`permits` takes how many holders")
+        );
+        assert!(
+            error(quote!(key = "k", permits = 3i64)).contains("`permits` takes how many holders")
+        );
+        assert!(error(quote!(key = "k", permits = n)).contains("`permits` takes how many holders"));
+        assert!(error(quote!(key = "k", permits = 4294967296)).contains("at most 4294967295"));
+    }
+
+    #[test]
+    fn modes_pick_a_side_of_a_read_write_lock() {
+        let read = Options::parse(quote!(key = "k", mode = "read")).unwrap();
+        assert_eq!(read.kind, Kind::Read);
+        // The write side is the plain lock.
+        let write = Options::parse(quote!(key = "k", mode = "write")).unwrap();
+        assert_eq!(write.kind, Kind::Exclusive);
+        let read = Options::parse(quote!(key = "k", mode = "read", fair = false)).unwrap();
+        assert_eq!(read.kind, Kind::Read);
+    }
+
+    #[test]
+    fn fair_makes_a_fair_lock() {
+        let fair = Options::parse(quote!(key = "k", fair = true)).unwrap();
+        assert_eq!(fair.kind, Kind::Fair);
+        let unfair = Options::parse(quote!(key = "k", fair = false)).unwrap();
+        assert_eq!(unfair.kind, Kind::Exclusive);
+    }
+
+    #[test]
+    fn rejects_bad_modes_and_fairness() {
+        let unknown = error(quote!(key = "k", mode = "raed"));
+        assert!(
+            unknown.contains("unknown mode `raed`; did you mean `\"read\"`?"),
+            "{unknown}"
+        );
+        assert!(
+            error(quote!(key = "k", mode = "shared"))
+                .contains("`\"read\"` (shared with other readers) or `\"write\"`")
+        );
+        assert!(error(quote!(key = "k", mode = write)).contains("write `mode = \"write\"`"));
+        assert!(error(quote!(key = "k", mode = 1)).contains("`mode` takes `\"read\"`"));
+        assert!(error(quote!(key = "k", fair = "true")).contains("write `fair = true`"));
+        assert!(error(quote!(key = "k", fair = 1)).contains("`fair` takes `true`"));
+    }
+
+    #[test]
+    fn rejects_contradictions_on_the_later_option() {
+        let cases = [
+            (
+                quote!(key = "a", keys = ["b"]),
+                "`key` and `keys` cannot be used together",
+            ),
+            (
+                quote!(keys = ["b"], key = "a"),
+                "`key` and `keys` cannot be used together",
+            ),
+            (
+                quote!(keys = ["a"], permits = 2),
+                "`permits` cannot be used with `keys`",
+            ),
+            (
+                quote!(key = "a", permits = 2, mode = "write"),
+                "`mode` cannot be used with `permits`",
+            ),
+            (
+                quote!(key = "a", mode = "read", permits = 2),
+                "`mode` cannot be used with `permits`",
+            ),
+            (
+                quote!(key = "a", permits = 2, fair = true),
+                "`fair = true` cannot be used with `permits`",
+            ),
+            (
+                quote!(key = "a", mode = "read", fair = true),
+                "`fair = true` cannot be used with `mode = \"read\"`",
+            ),
+            (
+                quote!(key = "a", fair = true, mode = "write"),
+                "`fair = true` cannot be used with `mode = \"write\"`",
+            ),
+            (
+                quote!(keys = ["a"], fair = true),
+                "`fair = true` cannot be used with `keys`",
+            ),
+            (
+                quote!(keys = ["a"], mode = "read"),
+                "`mode = \"read\"` cannot be used with `keys`",
+            ),
+        ];
+        for (args, expected) in cases {
+            let message = error(args.clone());
+            assert!(message.contains(expected), "{args}: {message}");
+        }
+        // `fair = false` is the default, and contradicts nothing.
+        assert!(Options::parse(quote!(key = "a", permits = 2, fair = false)).is_ok());
+        assert!(Options::parse(quote!(keys = ["a", "b"], fair = false)).is_ok());
+    }
+
+    #[test]
+    fn contradictions_are_reported_with_other_errors() {
+        // Invalid values still count as given: no "missing `key`", and the
+        // contradiction is reported next to the value's own error.
+        let all = error(quote!(key = "<>", keys = [], permits = 0));
+        assert!(!all.contains("missing `key`"), "{all}");
+        assert!(
+            all.contains("`key` and `keys` cannot be used together"),
+            "{all}"
+        );
+        assert!(
+            all.contains("`permits` cannot be used with `keys`"),
+            "{all}"
+        );
+        assert_eq!(all.lines().count(), 5, "{all}");
     }
 
     #[test]
@@ -397,7 +875,10 @@ mod tests {
     fn suggestions() {
         assert_eq!(did_you_mean("leese", NAMES), Some("lease"));
         assert_eq!(did_you_mean("wiat", NAMES), Some("wait"));
-        assert_eq!(did_you_mean("keys", NAMES), Some("key"));
+        assert_eq!(did_you_mean("kyes", NAMES), Some("keys"));
+        assert_eq!(did_you_mean("permit", NAMES), Some("permits"));
+        assert_eq!(did_you_mean("fiar", NAMES), Some("fair"));
+        assert_eq!(did_you_mean("mod", NAMES), Some("mode"));
         assert_eq!(did_you_mean("timeout", NAMES), None);
         assert_eq!(did_you_mean("order", ["order_id", "db"]), Some("order_id"));
         assert_eq!(did_you_mean("db_pool", ["order_id", "db"]), Some("db"));

@@ -2,8 +2,8 @@
 //!
 //! ```text
 //! async fn f(args) -> Result<T, E> {
-//!     let __lock_key = /* the template, written with one `write_fmt` */;
-//!     let __lock_acquired = /* acquire on the client, with lease and wait */;
+//!     let __lock_keys = /* a Vec of keys, each template written with one `write_fmt` */;
+//!     let __lock_acquired = /* acquire_kind on the client: kind, keys, lease, wait */;
 //!     let __lock_outcome = match __lock_acquired {   // Result<Result<T, E>, LockError>
 //!         Ok(guard) => __private::run(guard, async move { Ok(async move { body }.await) }).await,
 //!         Err(e) => Err(e),
@@ -18,7 +18,7 @@ use syn::spanned::Spanned as _;
 use syn::visit_mut::VisitMut;
 use syn::{GenericArgument, Ident, PathArguments, Type};
 
-use crate::attr::Options;
+use crate::attr::{Kind, Options};
 use crate::key::{Piece, Template};
 use crate::valid::LockedFn;
 
@@ -35,12 +35,13 @@ pub(crate) fn function(function: &LockedFn, options: &Options, ret: &Type) -> To
         Some(krate) => quote!(#krate::__private),
         None => quote!(::lock_runtime::__private),
     };
-    let key = local("__lock_key");
+    let keys = local("__lock_keys");
     let client = local("__lock_client");
     let acquired = local("__lock_acquired");
     let guard = local("__lock_guard");
     let error = local("__lock_error");
 
+    let kind = kind(options.kind, &private);
     let lease = duration(options.lease);
     let wait = duration(options.wait);
     let acquire = match &options.client {
@@ -59,28 +60,31 @@ pub(crate) fn function(function: &LockedFn, options: &Options, ret: &Type) -> To
                 #[allow(clippy::clone_on_copy, clippy::redundant_clone)]
                 let #client = #clone;
                 let #client_ref: &#private::LockClient = #borrow;
-                #private::acquire(#client_ref, #key, #lease, #wait).await
+                #private::acquire_kind(#client_ref, #kind, #keys, #lease, #wait).await
             }}
         }
         None => quote! {{
             let #client = #private::default_client();
             match #client {
                 ::core::result::Result::Ok(#client) => {
-                    #private::acquire(&#client, #key, #lease, #wait).await
+                    #private::acquire_kind(&#client, #kind, #keys, #lease, #wait).await
                 }
                 ::core::result::Result::Err(#error) => ::core::result::Result::Err(#error),
             }
         }},
     };
-    // The key is built in a statement of its own: the temporaries of
+    // The keys are built in a statement of their own: the temporaries of
     // `format_args!` must not live across the `.await` (they are not `Send`).
-    let (key_stmt, acquire) = match key_value(&options.key, &key, &private) {
-        KeyValue::Fixed(value) => (quote!(let #key: ::std::string::String = #value;), acquire),
-        KeyValue::Formatted(value) => (
-            quote!(let #key = #value;),
+    let (keys_stmt, acquire) = match keys_value(&options.keys, &keys, &private) {
+        KeysValue::Fixed(value) => (
+            quote!(let #keys: ::std::vec::Vec<::std::string::String> = #value;),
+            acquire,
+        ),
+        KeysValue::Formatted(value) => (
+            quote!(let #keys = #value;),
             quote! {
-                match #key {
-                    ::core::result::Result::Ok(#key) => #acquire,
+                match #keys {
+                    ::core::result::Result::Ok(#keys) => #acquire,
                     ::core::result::Result::Err(#error) => ::core::result::Result::Err(#error),
                 }
             },
@@ -107,7 +111,7 @@ pub(crate) fn function(function: &LockedFn, options: &Options, ret: &Type) -> To
         #(#attrs)*
         #vis #sig {
             #(#inner_attrs)*
-            #key_stmt
+            #keys_stmt
             let #acquired = #acquire;
             let #outcome = match #acquired {
                 ::core::result::Result::Ok(#guard) => {
@@ -151,55 +155,87 @@ fn duration(ms: Option<u64>) -> TokenStream {
     }
 }
 
-enum KeyValue {
-    /// A `String`: the template has no placeholders.
+/// The runtime's name for `kind`.
+fn kind(kind: Kind, private: &TokenStream) -> TokenStream {
+    match kind {
+        Kind::Exclusive => quote!(#private::Kind::Exclusive),
+        Kind::Permits(permits) => {
+            let permits = Literal::u32_suffixed(permits);
+            quote!(#private::Kind::Permits(#permits))
+        }
+        Kind::Read => quote!(#private::Kind::Read),
+        Kind::Fair => quote!(#private::Kind::Fair),
+    }
+}
+
+enum KeysValue {
+    /// A `Vec<String>`: no template has placeholders.
     Fixed(TokenStream),
-    /// A `Result<String, LockError>`: a `Display` implementation can fail.
+    /// A `Result<Vec<String>, LockError>`: a `Display` implementation can fail.
     Formatted(TokenStream),
 }
 
-/// The key: one `write_fmt` whose format string holds the template's text
-/// and a `{}` per placeholder, each argument spanned on its placeholder so
-/// that a missing `Display` is reported there.
-fn key_value(template: &Template, key: &Ident, private: &TokenStream) -> KeyValue {
-    let mut format = String::new();
-    let mut args = Vec::new();
-    for piece in &template.pieces {
-        match piece {
-            Piece::Text(text) => format.push_str(&text.replace('{', "{{").replace('}', "}}")),
-            Piece::Value(placeholder) => {
-                format.push_str("{}");
-                let root = &placeholder.root;
-                let fields = &placeholder.fields;
-                args.push(quote_spanned!(placeholder.span=> #root #(.#fields)*));
+/// The keys, in the order of the templates. A template without
+/// placeholders is a string constant; any other is one `write_fmt` whose
+/// format string holds the template's text and a `{}` per placeholder,
+/// each argument spanned on its placeholder so that a missing `Display` is
+/// reported there.
+fn keys_value(templates: &[Template], keys: &Ident, private: &TokenStream) -> KeysValue {
+    let key = local("__lock_key");
+    let failed = local("__lock_failed");
+    let mut fixed = Vec::new();
+    let mut pushes = Vec::new();
+    for template in templates {
+        let mut format = String::new();
+        let mut text = String::new();
+        let mut args = Vec::new();
+        for piece in &template.pieces {
+            match piece {
+                Piece::Text(piece) => {
+                    format.push_str(&piece.replace('{', "{{").replace('}', "}}"));
+                    text.push_str(piece);
+                }
+                Piece::Value(placeholder) => {
+                    format.push_str("{}");
+                    let root = &placeholder.root;
+                    let fields = &placeholder.fields;
+                    args.push(quote_spanned!(placeholder.span=> #root #(.#fields)*));
+                }
             }
         }
+        if args.is_empty() {
+            // Trait methods by their trait, which need not be in scope.
+            let value = quote!(<::std::string::String as ::core::convert::From<&str>>::from(#text));
+            pushes.push(quote!(#keys.push(#value);));
+            fixed.push(value);
+        } else {
+            pushes.push(quote! {{
+                let mut #key = ::std::string::String::new();
+                #failed |= ::core::fmt::Write::write_fmt(
+                    &mut #key,
+                    ::core::format_args!(#format, #(#args),*),
+                )
+                .is_err();
+                #keys.push(#key);
+            }});
+        }
     }
-    if args.is_empty() {
-        let text: String = template
-            .pieces
-            .iter()
-            .map(|piece| match piece {
-                Piece::Text(text) => text.as_str(),
-                Piece::Value(_) => "",
-            })
-            .collect();
-        // Trait methods by their trait, which need not be in scope.
-        return KeyValue::Fixed(
-            quote!(<::std::string::String as ::core::convert::From<&str>>::from(#text)),
-        );
+    if fixed.len() == templates.len() {
+        return KeysValue::Fixed(quote!(::std::vec![#(#fixed),*]));
     }
-    let written = local("__lock_written");
-    KeyValue::Formatted(quote! {{
-        let mut #key = ::std::string::String::new();
-        let #written = ::core::fmt::Write::write_fmt(&mut #key, ::core::format_args!(#format, #(#args),*));
-        match #written {
-            ::core::result::Result::Ok(()) => ::core::result::Result::Ok(#key),
-            ::core::result::Result::Err(_) => ::core::result::Result::Err(#private::LockError::Config(
+    let count = templates.len();
+    KeysValue::Formatted(quote! {{
+        let mut #keys = ::std::vec::Vec::with_capacity(#count);
+        let mut #failed = false;
+        #(#pushes)*
+        if #failed {
+            ::core::result::Result::Err(#private::LockError::Config(
                 <::std::string::String as ::core::convert::From<&str>>::from(
                     "a `Display` implementation failed while writing the lock key",
                 ),
-            )),
+            ))
+        } else {
+            ::core::result::Result::Ok(#keys)
         }
     }})
 }
@@ -266,7 +302,7 @@ mod tests {
     fn expand(args: TokenStream, item: TokenStream) -> String {
         let options = Options::parse(args).unwrap();
         let function: LockedFn = syn::parse2(item).unwrap();
-        let ret = crate::valid::check(&function, Some(&options.key)).unwrap();
+        let ret = crate::valid::check(&function, &options.keys).unwrap();
         super::function(&function, &options, ret).to_string()
     }
 
@@ -317,6 +353,79 @@ mod tests {
         );
         assert!(!code.contains("format_args"), "{code}");
         assert!(code.contains(r#"from ("fixed{x}")"#), "{code}");
+    }
+
+    #[test]
+    fn keys_become_one_vec_in_template_order() {
+        let code = expand(
+            quote!(keys = ["account:<from>", "audit", "account:<to>"]),
+            quote!(
+                async fn f(from: u64, to: u64) -> Result<(), E> {
+                    Ok(())
+                }
+            ),
+        );
+        let from = code.find(r#"format_args ! ("account:{}" , from)"#);
+        let audit = code.find(r#"from ("audit")"#);
+        let to = code.find(r#"format_args ! ("account:{}" , to)"#);
+        assert!(from < audit && audit < to && from.is_some(), "{code}");
+        assert!(code.contains("with_capacity (3usize)"), "{code}");
+        assert!(code.contains("__private :: Kind :: Exclusive"), "{code}");
+
+        let code = expand(
+            quote!(keys = ["a", "b"]),
+            quote!(
+                async fn f() -> Result<(), E> {
+                    Ok(())
+                }
+            ),
+        );
+        assert!(!code.contains("format_args"), "{code}");
+        assert!(code.contains(":: std :: vec ! [<"), "{code}");
+        assert!(
+            code.contains(r#":: from ("a") , <"#) && code.contains(r#":: from ("b")]"#),
+            "{code}"
+        );
+    }
+
+    #[test]
+    fn permits_become_the_semaphore_kind() {
+        let code = expand(
+            quote!(key = "exports", permits = 3),
+            quote!(
+                async fn f() -> Result<(), E> {
+                    Ok(())
+                }
+            ),
+        );
+        assert!(
+            code.contains("__private :: Kind :: Permits (3u32)"),
+            "{code}"
+        );
+        assert!(code.contains("__private :: acquire_kind"), "{code}");
+    }
+
+    #[test]
+    fn modes_and_fairness_become_kinds() {
+        for (args, kind) in [
+            (quote!(key = "k", mode = "read"), "Kind :: Read"),
+            (quote!(key = "k", mode = "write"), "Kind :: Exclusive"),
+            (quote!(key = "k", fair = true), "Kind :: Fair"),
+            (quote!(key = "k", fair = false), "Kind :: Exclusive"),
+        ] {
+            let code = expand(
+                args.clone(),
+                quote!(
+                    async fn f() -> Result<(), E> {
+                        Ok(())
+                    }
+                ),
+            );
+            assert!(
+                code.contains(&format!("__private :: {kind} ,")),
+                "{args}: {code}"
+            );
+        }
     }
 
     #[test]

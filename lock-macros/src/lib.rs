@@ -304,8 +304,8 @@ fn lock(
     let options = errors.take(attr::Options::parse(args));
     let function = errors.take(syn::parse2::<valid::LockedFn>(item.clone()));
     if let Some(function) = &function {
-        let key = options.as_ref().map(|options| &options.key);
-        let ret = errors.take(valid::check(function, key));
+        let keys = options.as_ref().map_or(&[][..], |options| &options.keys);
+        let ret = errors.take(valid::check(function, keys));
         if let (Some(options), Some(ret)) = (&options, ret)
             && errors.is_empty()
         {

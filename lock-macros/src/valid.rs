@@ -58,9 +58,10 @@ impl Parse for LockedFn {
     }
 }
 
-/// Checks the signature, and the key's placeholders against it when the
-/// options parsed. Returns the declared return type.
-pub(crate) fn check<'a>(function: &'a LockedFn, key: Option<&Template>) -> syn::Result<&'a Type> {
+/// Checks the signature, and the placeholders of the key templates against
+/// it (none when the options did not parse). Returns the declared return
+/// type.
+pub(crate) fn check<'a>(function: &'a LockedFn, keys: &[Template]) -> syn::Result<&'a Type> {
     let sig = &function.sig;
     let mut errors = Errors::default();
     if sig.asyncness.is_none() {
@@ -71,7 +72,7 @@ pub(crate) fn check<'a>(function: &'a LockedFn, key: Option<&Template>) -> syn::
         ));
     }
     let ret = errors.take(result_type(sig));
-    if let Some(key) = key {
+    for key in keys {
         check_placeholders(sig, key, &mut errors);
     }
     errors.finish()?;
@@ -211,7 +212,7 @@ mod tests {
 
     fn error(tokens: TokenStream, template: &str) -> String {
         let function = function(tokens);
-        match check(&function, Some(&key(template))) {
+        match check(&function, &[key(template)]) {
             Ok(_) => panic!("should be rejected"),
             Err(err) => err
                 .into_iter()
@@ -232,7 +233,7 @@ mod tests {
             quote!((Result<(), E>)),
         ] {
             let f = function(quote!(async fn f(id: u64) -> #ret {}));
-            assert!(check(&f, Some(&key("<id>"))).is_ok(), "{ret}");
+            assert!(check(&f, &[key("<id>")]).is_ok(), "{ret}");
         }
     }
 
@@ -329,7 +330,7 @@ mod tests {
             }
         ));
         assert_eq!(parameters(&f.sig), ["self", "state", "a", "b", "c", "type"]);
-        assert!(check(&f, Some(&key("<self.x><state.y><a><b><c.0><type><r#type>"))).is_ok());
+        assert!(check(&f, &[key("<self.x><state.y><a><b><c.0><type><r#type>")]).is_ok());
     }
 
     #[test]
