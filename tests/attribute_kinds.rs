@@ -429,6 +429,38 @@ async fn readers_share_the_lock_and_writers_hold_it_alone() {
     free_now(&clients[0], &format!("catalog:{name}")).await;
 }
 
+#[distributed_lock(key = "catalog:<name>", mode = "read", client = locks, wait = "0s")]
+async fn read_at_once(locks: &LockClient, name: &str) -> Result<u64, LockError> {
+    Ok(lock_runtime::current().expect("inside").fence)
+}
+
+#[distributed_lock(key = "catalog:<name>", mode = "write", client = locks, wait = "30s")]
+async fn write_then_read(locks: &LockClient, name: &str) -> Result<(), LockError> {
+    // The writer reads without waiting for itself...
+    read_at_once(locks, name).await?;
+    // ...while another task cannot read until the writer is done.
+    let (other, name) = (locks.clone(), name.to_owned());
+    let outside = tokio::spawn(async move { read_at_once(&other, &name).await })
+        .await
+        .expect("join");
+    assert!(outside.is_err_and(|err| err.is_timeout()));
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_writer_may_read_its_own_lock() {
+    let server = RedisServer::start();
+    let locks = connect(&server).await;
+    let name = unique_key("catalog");
+    promptly("the writer", write_then_read(&locks, &name))
+        .await
+        .unwrap_or_else(|err| panic!("{err}\n{}", server.log()));
+    read_at_once(&locks, &name)
+        .await
+        .expect("free for readers again");
+    free_now(&locks, &format!("catalog:{name}")).await;
+}
+
 // ---------------------------------------------------------------------------
 // fair = true
 

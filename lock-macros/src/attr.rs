@@ -288,6 +288,13 @@ impl Setters {
     }
 
     fn set_key(&mut self, value: Expr) -> syn::Result<()> {
+        if let Expr::Array(_) = value {
+            return Err(syn::Error::new_spanned(
+                value,
+                "`key` takes one template string; for several locks taken together, \
+                 write `keys = [...]`",
+            ));
+        }
         let lit = string(
             &value,
             "key",
@@ -702,6 +709,7 @@ mod tests {
     #[test]
     fn rejects_bad_keys() {
         assert!(error(quote!(keys = [])).contains("`keys` is empty"));
+        assert!(error(quote!(key = ["a", "b"])).contains("write `keys = [...]`"));
         let one = error(quote!(keys = "account:<id>"));
         assert!(
             one.contains("for one lock, write `key = \"account:<id>\"`"),

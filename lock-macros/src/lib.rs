@@ -64,7 +64,11 @@ use quote::quote;
 ///
 /// | option | value | default |
 /// |---|---|---|
-/// | `key` | template string, required | |
+/// | `key` | template string; this or `keys` is required | |
+/// | `keys` | list of template strings, instead of `key` | |
+/// | `permits` | whole number, at least 1 | a lock: one holder at a time |
+/// | `mode` | `"read"` or `"write"` | `"write"` |
+/// | `fair` | `true` or `false` | `false` |
 /// | `lease` | duration string | the client's default lease (30 s unless set on the builder) |
 /// | `wait` | duration string; `"0s"` tries once | the client's default wait (10 s unless set on the builder) |
 /// | `client` | expression giving a `LockClient` | the client passed to `lock_runtime::install` |
@@ -105,6 +109,87 @@ use quote::quote;
 /// parameter is `state`); an empty key, an empty `<>`, an unclosed `<`, a
 /// stray `>` or a placeholder that names no parameter is a compile error
 /// that lists the parameters.
+///
+/// ## `keys`
+///
+/// Several locks taken together, instead of one `key`: each entry is a
+/// template like `key`'s, checked the same way. The body runs once all of
+/// them are held; they are taken all at once or not at all, in one order
+/// whatever the order of the list, so two calls naming the same locks in
+/// opposite orders never deadlock. Two entries that give the same key at
+/// run time (a transfer from an account to itself) are one lock. If any
+/// of them is lost, the body is stopped.
+/// [`lock_runtime::current_locks()`](../lock_runtime/fn.current_locks.html)
+/// names them all, with their fencing tokens, sorted by key.
+///
+/// ```
+/// # use lock_runtime::{distributed_lock, LockError};
+/// #[distributed_lock(keys = ["account:<from>", "account:<to>"])]
+/// async fn transfer(from: u64, to: u64, cents: u64) -> Result<(), LockError> {
+///     let held = lock_runtime::current_locks();
+///     assert!(held.iter().any(|lock| lock.key == format!("account:{to}")));
+///     Ok(())
+/// }
+/// ```
+///
+/// ## `permits`
+///
+/// Makes the lock a semaphore: up to `permits` holders run the body at
+/// once, across every client. Each permit is leased and renewed like a
+/// lock, so the permit of a holder that crashed comes back after its
+/// lease. Everyone using a semaphore must give it the same number of
+/// permits. A semaphore has one name, so it takes `key`, not `keys`.
+///
+/// ```
+/// # use lock_runtime::{distributed_lock, LockError};
+/// // At most three exports per region at a time, however many instances run.
+/// #[distributed_lock(key = "exports:<region>", permits = 3)]
+/// async fn export(region: &str) -> Result<(), LockError> {
+///     Ok(())
+/// }
+/// ```
+///
+/// ## `mode`
+///
+/// Makes the lock a read-write lock: `mode = "read"` shares it with other
+/// readers, `mode = "write"` holds it alone. The write side is the plain
+/// lock, so `mode = "write"` is the default, written out, and a function
+/// with only `key` on the same name excludes readers too. A writer waiting
+/// for readers holds back new readers, so a stream of readers cannot
+/// starve it; a task holding the write lock may call a reader of the same
+/// name, which then does not wait.
+///
+/// ```
+/// # use lock_runtime::{distributed_lock, LockError};
+/// #[distributed_lock(key = "catalog:<shop>", mode = "read")]
+/// async fn price(shop: u32, sku: &str) -> Result<u64, LockError> {
+///     Ok(100)
+/// }
+///
+/// #[distributed_lock(key = "catalog:<shop>", mode = "write")]
+/// async fn reprice(shop: u32) -> Result<(), LockError> {
+///     let _old = price(shop, "sku-1").await?; // the writer may read
+///     Ok(())
+/// }
+/// ```
+///
+/// ## `fair`
+///
+/// `fair = true` makes waiters take the lock in the order they arrived,
+/// across every client, instead of whichever retries first. A release
+/// wakes only the next waiter in line; a waiter that gives up (its `wait`
+/// is over, or its future is dropped) leaves the line at once, and one
+/// that dies leaves it within a few seconds. Use one kind of lock per
+/// name: a fair lock and a plain lock on the same name do not share the
+/// line. `fair = false` is the default.
+///
+/// ```
+/// # use lock_runtime::{distributed_lock, LockError};
+/// #[distributed_lock(key = "printer:<id>", fair = true, wait = "1m")]
+/// async fn print(id: u32, page: &str) -> Result<(), LockError> {
+///     Ok(())
+/// }
+/// ```
 ///
 /// ## `lease`
 ///
@@ -220,7 +305,8 @@ use quote::quote;
 /// # Inside the body
 ///
 /// [`lock_runtime::current()`](../lock_runtime/fn.current.html) names the
-/// held lock and its fencing token, a number that grows with every new
+/// held lock (the first by key, with `keys`; [`current_locks()`](../lock_runtime/fn.current_locks.html)
+/// names them all) and its fencing token, a number that grows with every new
 /// holder of the lock; hand it to the storage you write to. A call to
 /// another locked function on the same key through the same client, in the
 /// same task, re-enters the lock instead of waiting for itself; a task
@@ -258,6 +344,49 @@ use quote::quote;
 /// }
 /// ```
 ///
+/// Options that ask for kinds of lock that do not go together are errors
+/// too, reported on the option written second:
+///
+/// - `key` with `keys` (put every template in `keys`);
+/// - an empty `keys`, or one template listed twice;
+/// - `permits = 0`, or `permits` with `keys` (a semaphore has one name);
+/// - `mode` or `fair = true` with `permits` (semaphores have no readers
+///   and are not fair);
+/// - `fair = true` with `mode` (read-write locks are not fair, and a fair
+///   lock is not their write side);
+/// - `mode = "read"` or `fair = true` with `keys` (several locks are taken
+///   together exclusively).
+///
+/// ```compile_fail
+/// # use lock_runtime::{distributed_lock, LockError};
+/// // error: `key` and `keys` cannot be used together: `key` names one lock,
+/// //        `keys` several taken together; put every template in `keys`, or
+/// //        keep only `key`
+/// #[distributed_lock(key = "account:<from>", keys = ["account:<from>", "account:<to>"])]
+/// async fn transfer(from: u64, to: u64) -> Result<(), LockError> {
+///     Ok(())
+/// }
+/// ```
+///
+/// ```compile_fail
+/// # use lock_runtime::{distributed_lock, LockError};
+/// // error: `permits = 0` would let nobody in: a semaphore needs at least 1 permit
+/// #[distributed_lock(key = "exports", permits = 0)]
+/// async fn export() -> Result<(), LockError> {
+///     Ok(())
+/// }
+/// ```
+///
+/// ```compile_fail
+/// # use lock_runtime::{distributed_lock, LockError};
+/// // error: `fair = true` cannot be used with `mode = "read"`: read-write
+/// //        locks are not fair, [...]; remove `fair`, or `mode`
+/// #[distributed_lock(key = "catalog", mode = "read", fair = true)]
+/// async fn browse() -> Result<(), LockError> {
+///     Ok(())
+/// }
+/// ```
+///
 /// # The same without the attribute
 ///
 /// The attribute expands to calls of the runtime; by hand, `settle` above is:
@@ -284,6 +413,17 @@ use quote::quote;
 ///     result
 /// }
 /// ```
+///
+/// The other kinds of lock start from other requests, with the same
+/// `lease`, `wait`, `acquire` and `scope`:
+///
+/// | attribute | runtime |
+/// |---|---|
+/// | `keys = ["a:<x>", "b:<y>"]` | [`locks.lock_all([a, b])`](../lock_runtime/struct.LockClient.html#method.lock_all) |
+/// | `key = "…", permits = 3` | [`locks.semaphore(key, 3)`](../lock_runtime/struct.LockClient.html#method.semaphore) |
+/// | `key = "…", mode = "read"` | [`locks.read_lock(key)`](../lock_runtime/struct.LockClient.html#method.read_lock) |
+/// | `key = "…", mode = "write"` | [`locks.write_lock(key)`](../lock_runtime/struct.LockClient.html#method.write_lock), the same as `lock` |
+/// | `key = "…", fair = true` | [`locks.fair_lock(key)`](../lock_runtime/struct.LockClient.html#method.fair_lock) |
 ///
 /// The attribute does one thing more: when releasing fails because Redis
 /// cannot be reached, it keeps the body's result (the lock then expires

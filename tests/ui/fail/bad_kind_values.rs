@@ -12,6 +12,11 @@ async fn keys_not_strings(id: u64) -> Result<(), LockError> {
     Ok(())
 }
 
+#[distributed_lock(key = ["account:<from>", "account:<to>"])]
+async fn key_a_list(from: u64, to: u64) -> Result<(), LockError> {
+    Ok(())
+}
+
 #[distributed_lock(key = "exports", permits = "3")]
 async fn permits_a_string() -> Result<(), LockError> {
     Ok(())
