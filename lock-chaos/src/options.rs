@@ -20,6 +20,11 @@ OPTIONS:
     --lease <D>            lease of every lock (default 1s)
     --wait <D>             wait of every acquire (default 2s)
     --command-timeout <D>  the clients' command timeout (default 300ms)
+    --restart-quarantine <D>
+                           the clients' restart quarantine: no lock for this long
+                           after Redis restarts without its data (default: the
+                           lease; 0s turns it off)
+    --strict-quarantine    quarantine also servers a client never saw restart
     --seed <N>             seed of the fault plan and the workload (default 1)
     --faults <LIST>        comma-separated fault kinds to inject (default all):
                            redis-pause-short, redis-pause-long, redis-restart,
@@ -49,6 +54,10 @@ pub struct Options {
     pub wait: Duration,
     /// The clients' command timeout.
     pub command_timeout: Duration,
+    /// The clients' restart quarantine (`None`: the lease).
+    pub restart_quarantine: Option<Duration>,
+    /// Whether the quarantine covers servers a client never saw restart.
+    pub strict_quarantine: bool,
     /// Seed.
     pub seed: u64,
     /// Fault kinds to inject.
@@ -69,6 +78,8 @@ impl Default for Options {
             lease: Duration::from_secs(1),
             wait: Duration::from_secs(2),
             command_timeout: Duration::from_millis(300),
+            restart_quarantine: None,
+            strict_quarantine: false,
             seed: 1,
             faults: FaultKind::ALL.to_vec(),
             report: None,
@@ -144,6 +155,8 @@ pub fn parse(args: &[String]) -> Result<Parsed, String> {
         match flag {
             "-h" | "--help" => return Ok(Parsed::Help),
             "--ci" => options.ci = true,
+            "--strict-quarantine" => options.strict_quarantine = true,
+            "--restart-quarantine" => options.restart_quarantine = Some(parse_duration(&value()?)?),
             "--duration" => duration = Some(parse_duration(&value()?)?),
             "--clients" => options.clients = count(value()?)?,
             "--tasks" => options.tasks = count(value()?)?,
@@ -184,6 +197,11 @@ pub fn parse(args: &[String]) -> Result<Parsed, String> {
 }
 
 impl Options {
+    /// The clients' restart quarantine.
+    pub fn quarantine(&self) -> Duration {
+        self.restart_quarantine.unwrap_or(self.lease)
+    }
+
     /// The command line that reproduces this run.
     pub fn command(&self) -> String {
         let defaults = Options::default();
@@ -224,10 +242,18 @@ impl Options {
             d(self.command_timeout),
             d(defaults.command_timeout),
         );
+        flag(
+            "restart-quarantine",
+            self.restart_quarantine.map(d).unwrap_or_default(),
+            String::new(),
+        );
         flag("seed", self.seed.to_string(), defaults.seed.to_string());
         let names =
             |kinds: &[FaultKind]| kinds.iter().map(|k| k.name()).collect::<Vec<_>>().join(",");
         flag("faults", names(&self.faults), names(&defaults.faults));
+        if self.strict_quarantine {
+            parts.push("--strict-quarantine".into());
+        }
         if let Some(report) = &self.report {
             parts.push(format!("--report {}", report.display()));
         }

@@ -149,6 +149,8 @@ impl Run {
             lease: self.options.lease,
             wait: self.options.wait,
             command_timeout: self.options.command_timeout,
+            restart_quarantine: self.options.quarantine(),
+            strict_quarantine: self.options.strict_quarantine,
             seed: self.options.seed,
         };
         let mut child = Command::new(&self.exe)

@@ -102,7 +102,7 @@ pub fn markdown(
     let _ = writeln!(
         w,
         "Run: {} client processes × {} tasks on {} lock names, lease {} ms, wait {} ms, \
-         command timeout {} ms, seed {}; faults for {} s (whole run {:.0} s); redis-server {}, \
+         command timeout {} ms, restart quarantine {} ms{}, seed {}; faults for {} s (whole run {:.0} s); redis-server {}, \
          {} cores; lock-runtime at {}.\n",
         options.clients,
         options.tasks,
@@ -110,6 +110,12 @@ pub fn markdown(
         options.lease.as_millis(),
         options.wait.as_millis(),
         options.command_timeout.as_millis(),
+        options.quarantine().as_millis(),
+        if options.strict_quarantine {
+            " (strict)"
+        } else {
+            ""
+        },
         options.seed,
         options.duration.as_secs(),
         info.elapsed.as_secs_f64(),

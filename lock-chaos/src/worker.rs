@@ -51,6 +51,10 @@ pub struct WorkerConfig {
     pub wait: Duration,
     /// The client's command timeout.
     pub command_timeout: Duration,
+    /// The client's restart quarantine.
+    pub restart_quarantine: Duration,
+    /// Whether the quarantine also covers servers the client never saw restart.
+    pub strict_quarantine: bool,
     /// Seed of this worker's choices.
     pub seed: u64,
 }
@@ -68,13 +72,28 @@ impl WorkerConfig {
             self.lease.as_millis().to_string(),
             self.wait.as_millis().to_string(),
             self.command_timeout.as_millis().to_string(),
+            self.restart_quarantine.as_millis().to_string(),
+            self.strict_quarantine.to_string(),
             self.seed.to_string(),
         ]
     }
 
     /// Parses what [`to_args`](WorkerConfig::to_args) made (after `__worker`).
     pub fn from_args(args: &[String]) -> Option<WorkerConfig> {
-        let [id, url, resource, keys, tasks, lease, wait, timeout, seed] = args else {
+        let [
+            id,
+            url,
+            resource,
+            keys,
+            tasks,
+            lease,
+            wait,
+            timeout,
+            quarantine,
+            strict,
+            seed,
+        ] = args
+        else {
             return None;
         };
         let ms = |s: &String| s.parse().ok().map(Duration::from_millis);
@@ -87,6 +106,8 @@ impl WorkerConfig {
             lease: ms(lease)?,
             wait: ms(wait)?,
             command_timeout: ms(timeout)?,
+            restart_quarantine: ms(quarantine)?,
+            strict_quarantine: strict.parse().ok()?,
             seed: seed.parse().ok()?,
         })
     }
@@ -134,6 +155,8 @@ async fn connect(config: &WorkerConfig) -> LockClient {
             .default_wait(config.wait)
             .command_timeout(config.command_timeout)
             .connect_timeout(config.command_timeout)
+            .restart_quarantine(config.restart_quarantine)
+            .strict_restart_quarantine(config.strict_quarantine)
             .connect();
         match connecting.await {
             Ok(client) => return client,

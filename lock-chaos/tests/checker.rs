@@ -3,7 +3,7 @@
 use lock_chaos::checker::{
     CrashCheck, Fault, FaultKind, History, Holder, Section, Stall, Write, analyze, claim_end,
 };
-use lock_chaos::options::{Parsed, parse, parse_duration};
+use lock_chaos::options::{Options, Parsed, parse, parse_duration};
 use lock_chaos::record::{LossKind, SectionLine, WorkerLine, WriteRequest};
 use std::time::Duration;
 
@@ -305,6 +305,18 @@ fn options_parse_and_reproduce() {
         options.command(),
         "cargo run --release -p lock-chaos -- --ci --seed 7 --faults redis-restart,proxy-cut"
     );
+    let args: Vec<String> = ["--restart-quarantine", "0s", "--strict-quarantine"]
+        .map(String::from)
+        .to_vec();
+    let Ok(Parsed::Run(options)) = parse(&args) else {
+        panic!("parse failed");
+    };
+    assert_eq!(options.quarantine(), Duration::ZERO);
+    assert_eq!(
+        options.command(),
+        "cargo run --release -p lock-chaos -- --restart-quarantine 0s --strict-quarantine"
+    );
+    assert_eq!(Options::default().quarantine(), Options::default().lease);
     assert!(parse(&["--faults".into(), "nope".into()]).is_err());
     assert!(parse(&["--clients".into(), "0".into()]).is_err());
 }
