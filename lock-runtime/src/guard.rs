@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 use crate::client::LockClient;
 use crate::error::{LockError, LossReason};
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::keys::LockKeys;
@@ -107,23 +108,41 @@ impl LockGuard {
     /// deleted or held by another owner, or no renewal was confirmed before
     /// the lease could run out (Redis unreachable, paused, or restarted).
     /// Never resolves while the locks are held.
+    ///
+    /// It also resolves on its own once the validity deadline
+    /// ([`valid_until`](LockGuard::valid_until)) has passed, without waiting
+    /// for the watchdog: a process that was frozen (a blocking call, a paused
+    /// VM) learns it at its first await after thawing.
     pub async fn lost(&self) {
-        self.lost.cancelled().await
+        loop {
+            let deadline = self.deadline();
+            tokio::select! {
+                _ = self.lost.cancelled() => return,
+                _ = tokio::time::sleep_until(deadline) => {
+                    // A confirmed renewal may have moved the deadline since.
+                    if Instant::now() >= self.deadline() {
+                        return;
+                    }
+                }
+            }
+        }
     }
 
     /// Until when the locks are surely held, as far as this process knows:
     /// the send time of the last confirmed renewal plus the lease, minus the
     /// drift margin. Work that must finish under the lock should finish by then.
     pub fn valid_until(&self) -> std::time::Instant {
+        self.deadline().into_std()
+    }
+
+    fn deadline(&self) -> Instant {
         let earliest = self.held.iter().map(|held| held.valid_until()).min();
-        earliest
-            .unwrap_or_else(tokio::time::Instant::now)
-            .into_std()
+        earliest.unwrap_or_else(Instant::now)
     }
 
     /// Whether the lock (any of the locks) has been lost; see [`lost`](LockGuard::lost).
     pub fn is_lost(&self) -> bool {
-        self.lost.is_cancelled()
+        self.lost.is_cancelled() || Instant::now() >= self.deadline()
     }
 
     /// Runs `fut` as this lock's critical section.
@@ -156,11 +175,10 @@ impl LockGuard {
             locks: self.fences(),
             parent: scope::innermost(),
         };
-        let lost = self.lost.clone();
         scope::enter(scope, async move {
             tokio::select! {
                 biased;
-                _ = lost.cancelled() => Err(self.lost_error()),
+                _ = self.lost() => Err(self.lost_error()),
                 out = fut => Ok(out),
             }
         })
@@ -171,9 +189,17 @@ impl LockGuard {
     pub fn lost_error(&self) -> LockError {
         let lost = self.held.iter().find(|held| held.is_lost());
         let held = lost.map_or(self.first(), |held| &**held);
+        // Not declared yet, but past its deadline: it counts as expired.
+        let reason = held
+            .loss()
+            .unwrap_or(if Instant::now() >= held.valid_until() {
+                LossReason::Expired
+            } else {
+                LossReason::NotHeld
+            });
         LockError::Lost {
             key: held.name.clone(),
-            reason: held.loss().unwrap_or(LossReason::NotHeld),
+            reason,
         }
     }
 

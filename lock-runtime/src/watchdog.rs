@@ -20,6 +20,11 @@ use crate::error::LossReason;
 use crate::keys::LockKeys;
 use crate::scripts::{Scripts, Stored};
 
+/// How much before its validity deadline a lock is declared lost: timers
+/// fire a little late, and the drift margin is what makes the deadline safe,
+/// so the watchdog aims early rather than on the dot.
+const DECLARE_EARLY: Duration = Duration::from_millis(3);
+
 /// Locks renewed in one script call at most.
 const BATCH: usize = 1000;
 
@@ -252,7 +257,7 @@ impl Registry {
         let mut entries = self.entries();
         entries.map.retain(|_, held| {
             let mut timing = held.timing();
-            if now >= timing.valid_until {
+            if now + DECLARE_EARLY >= timing.valid_until {
                 overdue.push(held.clone());
                 return false;
             }
@@ -262,10 +267,11 @@ impl Registry {
                 timing.in_flight = true;
                 due.push(held.clone());
             }
+            let lost_at = timing.valid_until - DECLARE_EARLY;
             let wake = if timing.in_flight {
-                timing.valid_until
+                lost_at
             } else {
-                timing.renew_at.min(timing.valid_until)
+                timing.renew_at.min(lost_at)
             };
             next = Some(next.map_or(wake, |n| n.min(wake)));
             true
@@ -397,8 +403,12 @@ mod tests {
 
         let (_, due, next) = registry.sweep(start + Duration::from_secs(1));
         assert_eq!(due.len(), 1);
-        // In flight: the next wake is the validity deadline.
-        assert_eq!(next, Some(start + lease - Duration::from_millis(12)));
+        // In flight: the next wake is when loss would be declared, just
+        // before the validity deadline.
+        assert_eq!(
+            next,
+            Some(start + lease - Duration::from_millis(12) - DECLARE_EARLY)
+        );
     }
 
     #[tokio::test(start_paused = true)]
@@ -453,7 +463,7 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
-    async fn a_lock_without_confirmed_renewal_is_lost_at_its_deadline() {
+    async fn a_lock_without_confirmed_renewal_is_lost_just_before_its_deadline() {
         let registry = Registry::default();
         let keys = LockKeys::new("t:", "a");
         let owner: Arc<str> = "o".into();
@@ -462,9 +472,10 @@ mod tests {
         let held = registry.hold(acquisition(&keys, &owner, lease, start));
 
         let deadline = start + lease - Duration::from_millis(12);
-        let (overdue, _, _) = registry.sweep(deadline - Duration::from_millis(1));
+        let declared = deadline - DECLARE_EARLY;
+        let (overdue, _, _) = registry.sweep(declared - Duration::from_millis(1));
         assert!(overdue.is_empty());
-        let (overdue, _, next) = registry.sweep(deadline);
+        let (overdue, _, next) = registry.sweep(declared);
         assert_eq!(overdue.len(), 1);
         assert_eq!(next, None);
         assert_eq!(registry.len(), 0);

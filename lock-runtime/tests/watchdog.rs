@@ -309,3 +309,41 @@ async fn clients_that_met_the_server_after_its_restart_quarantine_only_when_stri
     );
     ok(&server, guard.release().await);
 }
+
+#[tokio::test(flavor = "current_thread")]
+async fn a_holder_frozen_past_its_deadline_learns_it_at_its_next_await() {
+    let server = RedisServer::start();
+    let holder = client(&server).await;
+    let name = unique_key("frozen");
+    let guard = ok(
+        &server,
+        holder
+            .lock(name.as_str())
+            .lease(Duration::from_secs(1))
+            .acquire()
+            .await,
+    );
+    let knew = guard
+        .scope(async {
+            // Blocks the only runtime thread: the watchdog cannot run, but
+            // the guard reads the clock.
+            std::thread::sleep(Duration::from_millis(1500));
+            guard.is_lost()
+        })
+        .await;
+    assert_eq!(knew.ok(), Some(true));
+    let outcome = guard.scope(async { "ran without the lock" }).await;
+    let err = outcome.expect_err("a lost lock runs no critical section");
+    assert!(
+        matches!(
+            err,
+            lock_runtime::LockError::Lost {
+                reason: LossReason::Expired,
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    assert!(guard.is_lost());
+    drop(guard);
+}
