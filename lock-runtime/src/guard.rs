@@ -115,15 +115,17 @@ impl LockGuard {
     /// VM) learns it at its first await after thawing.
     pub async fn lost(&self) {
         loop {
+            // Read the clock first: after a freeze the timer driver's idea
+            // of now lags, and a sleep would wait for it.
             let deadline = self.deadline();
+            if self.lost.is_cancelled() || Instant::now() >= deadline {
+                return;
+            }
+            // On waking, look again: a confirmed renewal may have moved the
+            // deadline since.
             tokio::select! {
                 _ = self.lost.cancelled() => return,
-                _ = tokio::time::sleep_until(deadline) => {
-                    // A confirmed renewal may have moved the deadline since.
-                    if Instant::now() >= self.deadline() {
-                        return;
-                    }
-                }
+                _ = tokio::time::sleep_until(deadline) => {}
             }
         }
     }
