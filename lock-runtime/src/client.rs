@@ -86,18 +86,21 @@ fn redis_client(info: redis::ConnectionInfo, config: &Config) -> Result<redis::C
     client.map_err(|err| LockError::from_redis(None, err))
 }
 
-/// The server's run id, which changes whenever it restarts.
-async fn run_id(conn: &ConnectionManager) -> redis::RedisResult<String> {
+/// The server's run id, which changes whenever it restarts, and its uptime.
+async fn server_run(conn: &ConnectionManager) -> redis::RedisResult<(String, Duration)> {
     let info: String = redis::cmd("INFO")
         .arg("server")
         .query_async(&mut conn.clone())
         .await?;
-    Ok(info
-        .lines()
-        .find_map(|line| line.strip_prefix("run_id:"))
-        .unwrap_or_default()
-        .trim()
-        .to_owned())
+    let field = |name: &str| {
+        info.lines()
+            .find_map(|line| line.strip_prefix(name))
+            .unwrap_or_default()
+            .trim()
+            .to_owned()
+    };
+    let uptime = field("uptime_in_seconds:").parse().unwrap_or(u64::MAX);
+    Ok((field("run_id:"), Duration::from_secs(uptime)))
 }
 
 impl LockClient {
@@ -172,8 +175,18 @@ impl LockClient {
             }
         };
 
-        let seen = match tokio::time::timeout(config.command_timeout, run_id(&conn)).await {
-            Ok(Ok(seen)) => seen,
+        let seen = match tokio::time::timeout(config.command_timeout, server_run(&conn)).await {
+            Ok(Ok((seen, uptime))) => {
+                if uptime < config.restart_quarantine && !config.strict_restart_quarantine {
+                    tracing::info!(
+                        ?uptime,
+                        "Redis started recently: if it restarted without its data, locks \
+                         granted before may still be in use; strict_restart_quarantine \
+                         would hold new locks back"
+                    );
+                }
+                seen
+            }
             Ok(Err(err)) => return Err(LockError::from_redis(None, err)),
             Err(_) => {
                 return Err(LockError::CommandTimeout {
