@@ -39,7 +39,7 @@
 //!   critical section, taking the same lock again re-enters it; a spawned
 //!   task is another owner.
 //! * **Renewal.** One background task per client renews every held lock at
-//!   a third of its lease, up to a thousand locks per round trip.
+//!   a third of its lease, up to 250 locks per round trip.
 //! * **Loss.** [`LockGuard::lost`] resolves when a renewal finds the lock
 //!   gone or when Redis stays silent until the lock's validity deadline,
 //!   which falls before the lease could run out in Redis.

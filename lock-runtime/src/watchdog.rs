@@ -26,7 +26,7 @@ use crate::scripts::{Scripts, Stored};
 const DECLARE_EARLY: Duration = Duration::from_millis(3);
 
 /// Locks renewed in one script call at most.
-const BATCH: usize = 1000;
+const BATCH: usize = 250;
 
 /// One lock held by one owner, shared by the owner's nested guards.
 #[derive(Debug)]

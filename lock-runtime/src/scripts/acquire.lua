@@ -17,6 +17,7 @@
 -- every lock afterwards, or {0, pttl} with the longest remaining lease among
 -- the holders in the way (-1 when one of them has no expiry).
 local n = #KEYS / 4
+local q = quarantine_at(4)
 local longest = nil
 local function blocked_for(ttl)
   if ttl < 0 or longest == -1 then
@@ -25,25 +26,37 @@ local function blocked_for(ttl)
     longest = ttl
   end
 end
+-- First look at every lock and draw the tokens of the free ones, taking
+-- nothing yet: all or none.
+local owners, fences, marked = {}, {}, {}
 for i = 1, n do
   local owner = redis.call('HGET', KEYS[i], 'owner')
-  local closed = quarantine_left(KEYS[n + i], ARGV[4], tonumber(ARGV[5]), ARGV[6] == '1')
-  if closed then
-    blocked_for(closed)
-  elseif owner and owner ~= ARGV[1] then
+  owners[i] = owner
+  if owner and owner ~= ARGV[1] then
     blocked_for(redis.call('PTTL', KEYS[i]))
-  elseif redis.call('EXISTS', KEYS[2 * n + i]) == 1 then
-    local readers = KEYS[2 * n + i]
-    local now = now_ms()
-    local others = redis.call('ZCOUNT', readers, '(' .. now, '+inf')
-    if holds_place(readers, ARGV[1]) then
-      others = others - 1
+  elseif not owner then
+    local readers, marker = KEYS[2 * n + i], KEYS[3 * n + i]
+    if redis.call('EXISTS', readers, marker) > 0 then
+      local now = now_ms()
+      local others = redis.call('ZCOUNT', readers, '(' .. now, '+inf')
+      if holds_place(readers, ARGV[1]) then
+        others = others - 1
+      end
+      if others > 0 then
+        local last = redis.call('ZRANGE', readers, -1, -1, 'WITHSCORES')
+        blocked_for(tonumber(last[2]) - now)
+        if tonumber(ARGV[3]) > 0 then
+          redis.call('SET', marker, ARGV[1], 'PX', ARGV[3])
+        end
+      end
+      marked[i] = redis.call('GET', marker) == ARGV[1]
     end
-    if others > 0 then
-      local last = redis.call('ZRANGE', readers, -1, -1, 'WITHSCORES')
-      blocked_for(tonumber(last[2]) - now)
-      if tonumber(ARGV[3]) > 0 then
-        redis.call('SET', KEYS[3 * n + i], ARGV[1], 'PX', ARGV[3])
+    if not longest then
+      local fence, closed = next_fence(KEYS[n + i], q)
+      if fence then
+        fences[i] = fence
+      else
+        blocked_for(closed)
       end
     end
   end
@@ -55,19 +68,19 @@ end
 local result = {1}
 for i = 1, n do
   local fence, count
-  if redis.call('HGET', KEYS[i], 'owner') then
+  if owners[i] then
     count = redis.call('HINCRBY', KEYS[i], 'count', 1)
     fence = tonumber(redis.call('HGET', KEYS[i], 'fence'))
     -- A nested holder may ask for a longer lease; never shorten the outer one.
     keep_for(KEYS[i], tonumber(ARGV[2]))
   else
-    fence = next_fence(KEYS[n + i])
+    fence = fences[i]
     count = 1
     redis.call('HSET', KEYS[i], 'owner', ARGV[1], 'count', 1, 'fence', fence)
     redis.call('PEXPIRE', KEYS[i], ARGV[2])
-  end
-  if redis.call('GET', KEYS[3 * n + i]) == ARGV[1] then
-    redis.call('DEL', KEYS[3 * n + i])
+    if marked[i] then
+      redis.call('DEL', KEYS[3 * n + i])
+    end
   end
   result[2 * i] = fence
   result[2 * i + 1] = count

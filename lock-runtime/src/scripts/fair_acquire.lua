@@ -30,14 +30,18 @@ end
 
 local first = redis.call('ZRANGE', KEYS[3], 0, 0)[1]
 local readers = redis.call('ZCOUNT', KEYS[5], '(' .. now, '+inf')
-local closed = quarantine_left(KEYS[2], ARGV[5], tonumber(ARGV[6]), ARGV[7] == '1')
-if not closed and not owner and readers == 0 and (not first or first == ARGV[1]) then
-  local fence = next_fence(KEYS[2])
-  redis.call('HSET', KEYS[1], 'owner', ARGV[1], 'count', 1, 'fence', fence)
-  redis.call('PEXPIRE', KEYS[1], ARGV[2])
-  redis.call('ZREM', KEYS[3], ARGV[1])
-  redis.call('ZREM', KEYS[4], ARGV[1])
-  return {1, fence, 1}
+local closed = nil
+if not owner and readers == 0 and (not first or first == ARGV[1]) then
+  local fence
+  fence, closed = next_fence(KEYS[2], quarantine_at(5))
+  if fence then
+    -- `fair` tells the release to name the next in line.
+    redis.call('HSET', KEYS[1], 'owner', ARGV[1], 'count', 1, 'fence', fence, 'fair', 1)
+    redis.call('PEXPIRE', KEYS[1], ARGV[2])
+    redis.call('ZREM', KEYS[3], ARGV[1])
+    redis.call('ZREM', KEYS[4], ARGV[1])
+    return {1, fence, 1}
+  end
 end
 
 local ttl

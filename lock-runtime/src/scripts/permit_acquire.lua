@@ -10,8 +10,5 @@
 --
 -- Returns {1, fence, count} when the caller holds a permit afterwards, or
 -- {0, ms} with the time until the first permit's lease runs out.
-local closed = quarantine_left(KEYS[3], ARGV[4], tonumber(ARGV[5]), ARGV[6] == '1')
-if closed then
-  return {0, closed}
-end
-return take_place(KEYS[1], KEYS[2], KEYS[3], ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]))
+return take_place(
+  KEYS[1], KEYS[2], KEYS[3], ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), quarantine_at(4))

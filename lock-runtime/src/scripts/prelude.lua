@@ -6,19 +6,41 @@ local function now_ms()
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
 
--- The next fencing token from `counter`. A new counter (first use of this
--- hash slot, or the server lost its data: a restart without persistence, an
--- eviction) starts from the server clock in microseconds, which is past every
--- token handed out before, so that tokens keep growing across the loss
--- (see keys.rs).
-local function next_fence(counter)
+-- The next fencing token from `counter`, or nil and how long no lock may be
+-- granted in the counter's hash slot (ms). `q` is the restart quarantine:
+-- {seen = run id at connect, ms = its length, strict = true/false}.
+--
+-- A new counter means the slot was never used, or the server lost its data
+-- (a restart without persistence, an eviction). Locks granted before may then
+-- still be held by holders not told yet, and granting them again before they
+-- could have run out would make two holders: so while the server has been up
+-- for less than the quarantine, the slot stays closed, if this client saw
+-- the server restart (its run id is not the one seen at connect) or `strict`
+-- says to assume so (see config.rs). Otherwise the counter starts from the
+-- server clock in microseconds, which is past every token handed out before,
+-- so that tokens keep growing across the loss (see keys.rs).
+local function next_fence(counter, q)
   local fence = redis.call('INCR', counter)
-  if fence == 1 then
-    local t = redis.call('TIME')
-    fence = tonumber(t[1]) * 1000000 + tonumber(t[2])
-    redis.call('SET', counter, string.format('%d', fence))
+  if fence ~= 1 then
+    return fence
   end
+  if q.ms > 0 then
+    local info = redis.call('INFO', 'server')
+    local uptime = tonumber(string.match(info, 'uptime_in_seconds:(%d+)')) * 1000
+    if uptime < q.ms and (q.strict or string.match(info, 'run_id:(%x+)') ~= q.seen) then
+      redis.call('DEL', counter)
+      return nil, q.ms - uptime
+    end
+  end
+  local t = redis.call('TIME')
+  fence = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  redis.call('SET', counter, string.format('%d', fence))
   return fence
+end
+
+-- The restart quarantine from three arguments starting at ARGV[i].
+local function quarantine_at(i)
+  return {seen = ARGV[i], ms = tonumber(ARGV[i + 1]), strict = ARGV[i + 2] == '1'}
 end
 
 -- Makes `key` live at least `ttl` more milliseconds, never less than it has.
@@ -34,8 +56,9 @@ end
 -- ("f:" owner). Holders whose leases ran out are dropped first.
 --
 -- Returns {1, fence, count} when `owner` holds a place afterwards, or
--- {0, ms until the first lease runs out} when `limit` places are taken.
-local function take_place(set, holders, counter, owner, lease, limit)
+-- {0, ms until the first lease runs out} when `limit` places are taken (or
+-- {0, ms} while the restart quarantine `q` keeps the slot closed).
+local function take_place(set, holders, counter, owner, lease, limit, q)
   local now = now_ms()
   for _, gone in ipairs(redis.call('ZRANGEBYSCORE', set, '-inf', now)) do
     redis.call('HDEL', holders, 'c:' .. gone, 'f:' .. gone)
@@ -54,7 +77,10 @@ local function take_place(set, holders, counter, owner, lease, limit)
     local first = redis.call('ZRANGE', set, 0, 0, 'WITHSCORES')
     return {0, tonumber(first[2]) - now}
   end
-  local fence = next_fence(counter)
+  local fence, closed = next_fence(counter, q)
+  if not fence then
+    return {0, closed}
+  end
   redis.call('ZADD', set, now + lease, owner)
   redis.call('HSET', holders, 'c:' .. owner, 1, 'f:' .. owner, fence)
   keep_for(set, lease)
@@ -73,27 +99,4 @@ end
 local function next_in_line(queue)
   local first = redis.call('ZRANGE', queue, 0, 0)
   return first[1] or 'released'
-end
-
--- How much longer no lock may be granted in the hash slot of `counter`
--- (ms), or nil. A missing counter means the slot was never used, or the
--- server lost its data (a restart without persistence): then locks granted
--- before may still be held by holders not yet told, and granting the lock
--- again before they could have run out would make two holders. So while the
--- server has been up for less than the quarantine, a slot without a counter
--- is closed, if this client saw the server restart (its run id is not the
--- one `seen` at connect) or `strict` says to assume so (see config.rs).
-local function quarantine_left(counter, seen, quarantine_ms, strict)
-  if quarantine_ms <= 0 or redis.call('EXISTS', counter) == 1 then
-    return nil
-  end
-  local info = redis.call('INFO', 'server')
-  local uptime = tonumber(string.match(info, 'uptime_in_seconds:(%d+)')) * 1000
-  if uptime >= quarantine_ms then
-    return nil
-  end
-  if not strict and string.match(info, 'run_id:(%x+)') == seen then
-    return nil
-  end
-  return quarantine_ms - uptime
 end

@@ -11,10 +11,6 @@
 --
 -- Returns {1, fence, count} when the caller reads afterwards, or {0, pttl}
 -- with how long the writer (or the waiting writer's marker) lasts at most.
-local closed = quarantine_left(KEYS[4], ARGV[3], tonumber(ARGV[4]), ARGV[5] == '1')
-if closed then
-  return {0, closed}
-end
 local writer = redis.call('HGET', KEYS[1], 'owner')
 if writer and writer ~= ARGV[1] then
   return {0, redis.call('PTTL', KEYS[1])}
@@ -25,4 +21,4 @@ end
 if not writer and not holds_place(KEYS[2], ARGV[1]) and redis.call('EXISTS', KEYS[5]) == 1 then
   return {0, redis.call('PTTL', KEYS[5])}
 end
-return take_place(KEYS[2], KEYS[3], KEYS[4], ARGV[1], tonumber(ARGV[2]), nil)
+return take_place(KEYS[2], KEYS[3], KEYS[4], ARGV[1], tonumber(ARGV[2]), nil, quarantine_at(3))

@@ -1,6 +1,6 @@
 -- Give back one level of one or more locks, atomically, and wake waiters
--- of each lock that becomes free: the first in line if the lock has a queue
--- of fair waiters (the message names it), otherwise any.
+-- of each lock that becomes free: for a fair lock the first in line (the
+-- message names it), otherwise any.
 --
 -- KEYS[1..n]       the lock hashes, n = #KEYS / 3
 -- KEYS[n+1..2n]    their release channels
@@ -15,17 +15,24 @@
 local n = #KEYS / 3
 local result = {}
 for i = 1, n do
-  if redis.call('HGET', KEYS[i], 'owner') ~= ARGV[1] then
+  local held = redis.call('HMGET', KEYS[i], 'owner', 'count', 'fair')
+  if held[1] ~= ARGV[1] then
     result[i] = -1
   else
     local count = 0
     if ARGV[2] ~= '1' then
-      count = redis.call('HINCRBY', KEYS[i], 'count', -1)
+      count = tonumber(held[2]) - 1
     end
-    if count <= 0 then
+    if count > 0 then
+      redis.call('HSET', KEYS[i], 'count', count)
+    else
       count = 0
       redis.call('DEL', KEYS[i])
-      redis.call('PUBLISH', KEYS[n + i], next_in_line(KEYS[2 * n + i]))
+      if held[3] then
+        redis.call('PUBLISH', KEYS[n + i], next_in_line(KEYS[2 * n + i]))
+      else
+        redis.call('PUBLISH', KEYS[n + i], 'released')
+      end
     end
     result[i] = count
   end

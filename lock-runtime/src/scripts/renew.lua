@@ -13,18 +13,18 @@ local now = nil
 for i = 1, #KEYS / 2 do
   local key, companion = KEYS[2 * i - 1], KEYS[2 * i]
   local kind, owner, lease = ARGV[3 * i - 2], ARGV[3 * i - 1], tonumber(ARGV[3 * i])
-  -- A key overwritten with another type must fail alone, not the whole batch.
-  local found = redis.call('TYPE', key).ok
+  -- pcall: a key overwritten with another type must fail alone, not the
+  -- whole batch (its error reply never equals an owner id).
   result[i] = 0
   if kind == 'x' then
-    if found == 'hash' and redis.call('HGET', key, 'owner') == owner then
+    if redis.pcall('HGET', key, 'owner') == owner then
       redis.call('PEXPIRE', key, lease)
       result[i] = 1
     end
-  elseif found == 'zset' then
+  else
     now = now or now_ms()
-    local score = redis.call('ZSCORE', key, owner)
-    if score and tonumber(score) > now then
+    local score = redis.pcall('ZSCORE', key, owner)
+    if type(score) == 'string' and tonumber(score) > now then
       redis.call('ZADD', key, now + lease, owner)
       keep_for(key, lease)
       keep_for(companion, lease)
