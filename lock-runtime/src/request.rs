@@ -156,14 +156,25 @@ impl LockRequest {
         let started = Instant::now();
         let deadline = started + self.wait;
 
-        match self.attempt(&keys, &owner, deadline).await {
-            Ok(Ok(guard)) => return Ok(guard),
-            Ok(Err(_)) if self.wait.is_zero() => return Err(self.timeout(started)),
-            Ok(Err(_)) => {}
-            Err(err) if self.wait.is_zero() || !err.is_unavailable() || scoped.is_some() => {
-                return Err(err);
+        // Tasks of this process already waiting for the lock go first: a
+        // newcomer (often the task that just released it) that tried at once
+        // would take it from under the waiter the release is waking, which
+        // then starts over at the back. So the newcomer queues behind them
+        // without trying, and is woken in turn.
+        let behind = !self.wait.is_zero()
+            && self.kind == Kind::Exclusive
+            && keys.len() == 1
+            && inner.wakeups.has_live_waiters(&keys[0].channel);
+        if !behind {
+            match self.attempt(&keys, &owner, deadline).await {
+                Ok(Ok(guard)) => return Ok(guard),
+                Ok(Err(_)) if self.wait.is_zero() => return Err(self.timeout(started)),
+                Ok(Err(_)) => {}
+                Err(err) if self.wait.is_zero() || !err.is_unavailable() || scoped.is_some() => {
+                    return Err(err);
+                }
+                Err(_) => owner = self.abandon(&keys, owner),
             }
-            Err(_) => owner = self.abandon(&keys, owner),
         }
 
         tracing::debug!(wait = ?self.wait, "lock busy; waiting");
@@ -193,17 +204,26 @@ impl LockRequest {
         }
         let mut backoff = RETRY_AFTER_ERROR;
         let mut last_error: Option<LockError>;
+        let mut wait_in_turn = behind;
         loop {
             // Register for the wake-up before trying, so that a release
             // between this attempt and the sleep below still wakes us.
             let mut released = pin!(watch.notify().notified());
             released.as_mut().enable();
             let now = Instant::now();
-            let mut wake = match self.attempt(&keys, &owner, deadline).await {
+            let attempt = if std::mem::take(&mut wait_in_turn) {
+                // Queued behind this process's waiters: no holder's lease is
+                // known yet, so look again after a while in any case.
+                Ok(Err(Some(self.lease.min(Duration::from_secs(3)) / 3)))
+            } else {
+                self.attempt(&keys, &owner, deadline).await
+            };
+            let mut wake = match attempt {
                 Ok(Ok(guard)) => {
                     if let Some(in_line) = &mut in_line {
                         in_line.waiting = false;
                     }
+                    watch.acquired();
                     tracing::debug!(waited = ?started.elapsed(), "acquired after waiting");
                     return Ok(guard);
                 }

@@ -13,6 +13,7 @@
 //! since a release may have been missed meanwhile.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -171,6 +172,17 @@ impl Wakeups {
         Ok(Wakeups { channels, commands })
     }
 
+    /// Whether tasks of this process wait for the lock with release channel
+    /// `name`, with release messages arriving.
+    pub(crate) fn has_live_waiters(&self, name: &str) -> bool {
+        self.channels
+            .watched()
+            .get(name)
+            .is_some_and(|(count, channel)| {
+                *count > 0 && *channel.ready.borrow() == Readiness::Subscribed
+            })
+    }
+
     /// Starts watching the release channels of one or more locks; the
     /// subscriptions live as long as the watch, and `wake` says which
     /// releases wake this waiter.
@@ -226,6 +238,7 @@ impl Wakeups {
             channels,
             wake,
             own,
+            acquired: AtomicBool::new(false),
             shared: self.channels.clone(),
             commands: self.commands.clone(),
         }
@@ -238,6 +251,9 @@ pub(crate) struct Watch {
     wake: Wake,
     /// A notification of its own, unless woken in turn with others.
     own: Option<Arc<Notify>>,
+    /// Set when the waiter got its lock; one that gives up instead passes
+    /// its turn on.
+    acquired: AtomicBool,
     shared: Arc<Channels>,
     commands: mpsc::UnboundedSender<Command>,
 }
@@ -263,6 +279,11 @@ impl Watch {
             .all(|channel| *channel.ready.borrow() == Readiness::Subscribed)
     }
 
+    /// Records that the waiter got its lock.
+    pub(crate) fn acquired(&self) {
+        self.acquired.store(true, Ordering::Relaxed);
+    }
+
     /// The notification a release (or a resubscription) sends.
     pub(crate) fn notify(&self) -> &Notify {
         match &self.own {
@@ -285,9 +306,16 @@ impl Drop for Watch {
                 }
             }
         }
+        let gave_up = !self.acquired.load(Ordering::Relaxed);
         let mut watched = self.shared.watched();
         for channel in &self.channels {
             if let Some((count, _)) = watched.get_mut(&channel.name) {
+                // A waiter that leaves without the lock may have been the one
+                // a release woke, or may hold up one queued behind it: let
+                // the next one look.
+                if gave_up && *count > 1 && matches!(self.wake, Wake::One) {
+                    channel.notify.notify_one();
+                }
                 *count -= 1;
                 if *count == 0 {
                     watched.remove(&channel.name);

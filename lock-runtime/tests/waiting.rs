@@ -140,3 +140,45 @@ async fn many_waiters_in_one_process_all_get_their_turn() {
     })
     .await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_task_that_releases_and_comes_back_queues_behind_the_waiter() {
+    let server = RedisServer::start();
+    let locks = client(&server).await;
+    let name = unique_key("barging");
+    for _ in 0..5 {
+        let guard = ok(&server, locks.lock(name.as_str()).acquire().await);
+        let waiter = {
+            let (locks, name) = (locks.clone(), name.clone());
+            tokio::spawn(async move {
+                let guard = locks
+                    .lock(name)
+                    .wait(Duration::from_secs(10))
+                    .acquire()
+                    .await?;
+                let at = Instant::now();
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                guard.release().await?;
+                Ok::<_, lock_runtime::LockError>(at)
+            })
+        };
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        // Release and ask again at once, as a loop body would.
+        ok(&server, guard.release().await);
+        let again = ok(
+            &server,
+            locks
+                .lock(name.as_str())
+                .wait(Duration::from_secs(10))
+                .acquire()
+                .await,
+        );
+        let back_at = Instant::now();
+        let waiter_at = ok(&server, waiter.await.unwrap());
+        assert!(
+            waiter_at < back_at,
+            "the returning task took the lock first"
+        );
+        ok(&server, again.release().await);
+    }
+}
