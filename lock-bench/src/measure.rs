@@ -255,6 +255,7 @@ pub struct CommandStats {
 /// name.
 const ONLY_IN_SCRIPTS: &[&str] = &[
     "hget",
+    "hmget",
     "hset",
     "hdel",
     "hincrby",
