@@ -5,7 +5,7 @@ mod common;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::{client, holder_env, lock_key, ok, within};
+use common::{client, holder_env, lock_key, ok, spawn_acquire, within};
 use lock_testkit::{RedisServer, unique_key};
 
 /// Script calls the server has run so far.
@@ -105,17 +105,7 @@ async fn a_waiter_that_gives_up_leaves_the_line_at_once() {
         })
     };
     tokio::time::sleep(Duration::from_millis(100)).await;
-    let patient = {
-        let (locks, name) = (locks.clone(), name.clone());
-        tokio::spawn(async move {
-            let turn = locks
-                .fair_lock(name)
-                .wait(Duration::from_secs(20))
-                .acquire()
-                .await;
-            (Instant::now(), turn)
-        })
-    };
+    let patient = spawn_acquire(locks.fair_lock(name.as_str()).wait(Duration::from_secs(20)));
     let gave_up = impatient.await.unwrap().expect_err("timed out");
     assert!(gave_up.is_timeout());
     // A dropped waiter leaves the line too.

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use common::{client, lock_key, ok, within};
+use common::{client, lock_key, ok, spawn_acquire, within};
 use lock_testkit::{RedisServer, unique_key};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -93,17 +93,11 @@ async fn all_or_none_and_a_duplicate_name_is_one_lock() {
     assert_eq!(server.cli(&["EXISTS", &lock_key(&a)]), "0");
 
     // A waiter for both takes them as soon as `b` is released.
-    let waiting = {
-        let (locks, names) = (locks.clone(), [a.clone(), b.clone()]);
-        tokio::spawn(async move {
-            let guard = locks
-                .lock_all(names)
-                .wait(Duration::from_secs(20))
-                .acquire()
-                .await;
-            (Instant::now(), guard)
-        })
-    };
+    let waiting = spawn_acquire(
+        locks
+            .lock_all([a.clone(), b.clone()])
+            .wait(Duration::from_secs(20)),
+    );
     tokio::time::sleep(Duration::from_millis(200)).await;
     assert!(!waiting.is_finished());
     let released = Instant::now();

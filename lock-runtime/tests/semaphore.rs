@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use common::{client, holder_env, lock_key, ok, spawn_holder, within};
+use common::{client, holder_env, lock_key, ok, spawn_acquire, spawn_holder, within};
 use lock_runtime::LockError;
 use lock_testkit::{RedisServer, unique_key};
 
@@ -102,17 +102,11 @@ async fn reentry_keeps_one_permit_and_waiters_wake_on_release() {
     assert!(third.expect_err("both permits taken").is_timeout());
 
     // Renewed past the 1 s lease; a waiter wakes when a permit is released.
-    let waiting = {
-        let (other, name) = (other.clone(), name.clone());
-        tokio::spawn(async move {
-            let permit = other
-                .semaphore(name, 2)
-                .wait(Duration::from_secs(20))
-                .acquire()
-                .await;
-            (Instant::now(), permit)
-        })
-    };
+    let waiting = spawn_acquire(
+        other
+            .semaphore(name.as_str(), 2)
+            .wait(Duration::from_secs(20)),
+    );
     tokio::time::sleep(Duration::from_millis(1500)).await;
     assert!(!waiting.is_finished() && !permit.is_lost());
     let released = Instant::now();

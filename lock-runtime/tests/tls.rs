@@ -4,7 +4,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::ok;
+use common::{ok, spawn_acquire};
 use lock_runtime::LockClient;
 use lock_testkit::{RedisServer, free_port, unique_key};
 use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, IsCa, KeyPair, SanType};
@@ -73,21 +73,12 @@ async fn locks_work_over_tls_with_a_private_ca() {
             .acquire()
             .await,
     );
-    let waiting = {
-        let name = name.clone();
-        tokio::spawn(async move {
-            waiter
-                .lock(name)
-                .wait(Duration::from_secs(10))
-                .acquire()
-                .await
-        })
-    };
+    let waiting = spawn_acquire(waiter.lock(name.as_str()).wait(Duration::from_secs(10)));
     // Renewed over TLS past its lease, then handed over through pub/sub.
     tokio::time::sleep(Duration::from_millis(1500)).await;
     assert!(!waiting.is_finished() && !guard.is_lost());
     ok(&server, guard.release().await);
-    let next = ok(&server, waiting.await.unwrap());
+    let next = ok(&server, waiting.await.unwrap().1);
     ok(&server, next.release().await);
 
     // Without the CA the server's certificate is not trusted.

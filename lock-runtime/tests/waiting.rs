@@ -4,7 +4,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{client, ok, within};
+use common::{client, ok, spawn_acquire, within};
 use lock_testkit::{RedisServer, unique_key};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -75,19 +75,12 @@ async fn a_waiter_takes_over_right_after_a_release_despite_a_long_lease() {
             &server,
             holder.lock(name.as_str()).lease(lease).acquire().await,
         );
-        let waiting = {
-            let waiter = waiter.clone();
-            let name = name.clone();
-            tokio::spawn(async move {
-                let guard = waiter
-                    .lock(name)
-                    .lease(lease)
-                    .wait(Duration::from_secs(20))
-                    .acquire()
-                    .await;
-                (Instant::now(), guard)
-            })
-        };
+        let waiting = spawn_acquire(
+            waiter
+                .lock(name.as_str())
+                .lease(lease)
+                .wait(Duration::from_secs(20)),
+        );
         // Let the waiter fail once and go to sleep on the release channel.
         tokio::time::sleep(Duration::from_millis(200)).await;
         assert!(!waiting.is_finished());

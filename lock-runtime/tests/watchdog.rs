@@ -4,7 +4,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{QUARANTINE, builder, client, lock_key, ok, within};
+use common::{QUARANTINE, builder, client, lock_key, ok, spawn_acquire, within};
 use lock_runtime::LossReason;
 use lock_testkit::{RedisServer, unique_key};
 
@@ -210,21 +210,12 @@ async fn a_restarted_server_means_loss_and_the_client_recovers() {
     );
     // A client connected before the restart still wakes on release: its
     // subscriber connection came back too.
-    let waiting = {
-        let name = name.clone();
-        tokio::spawn(async move {
-            waiter
-                .lock(name)
-                .wait(Duration::from_secs(20))
-                .acquire()
-                .await
-                .map(|g| (Instant::now(), g))
-        })
-    };
+    let waiting = spawn_acquire(waiter.lock(name.as_str()).wait(Duration::from_secs(20)));
     tokio::time::sleep(Duration::from_millis(200)).await;
     let released = Instant::now();
     ok(&server, again.release().await);
-    let (taken_at, taken) = ok(&server, waiting.await.unwrap());
+    let (taken_at, taken) = waiting.await.unwrap();
+    let taken = ok(&server, taken);
     assert!(taken_at - released < Duration::from_secs(1));
     ok(&server, taken.release().await);
 }

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use lock_runtime::{LockClient, LockError};
+use lock_runtime::{LockClient, LockError, LockGuard, LockRequest};
 use lock_testkit::RedisServer;
 
 /// A client with timeouts suited to tests that pause and kill the server.
@@ -80,4 +80,15 @@ pub fn spawn_holder(server: &RedisServer, test: &str, name: &str) -> (std::proce
         .find(|line| line.starts_with("HELD "))
         .unwrap_or_else(|| panic!("holder never took the lock\n{}", server.log()));
     (child, held[5..].parse().unwrap())
+}
+
+/// Runs `request.acquire()` in a task of its own; resolves to when it
+/// returned and what.
+pub fn spawn_acquire(
+    request: LockRequest,
+) -> tokio::task::JoinHandle<(std::time::Instant, Result<LockGuard, LockError>)> {
+    tokio::spawn(async move {
+        let outcome = request.acquire().await;
+        (std::time::Instant::now(), outcome)
+    })
 }
