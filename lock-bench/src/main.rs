@@ -8,14 +8,14 @@
 //! cargo run --release -p lock-bench -- --scenario NAME   # one scenario (repeatable), writes nothing
 //! ```
 //!
-//! Scenarios: `uncontended`, `throughput`, `contention`, `handoff`,
+//! Scenarios: `uncontended`, `throughput`, `contention`, `rw`, `handoff`,
 //! `renewal`, `attribute`. `--write` writes the report after a partial or
 //! quick run too, `--no-write` never writes, `--out DIR` writes into `DIR`
 //! instead of the repository root.
 //!
 //! The run exits with an error when a safety check fails (two holders at
-//! once in the contention scenario, or a lock lost while held in the
-//! renewal scenario); missing a performance target is reported, not an error.
+//! once in the contention scenario, a reader beside the writer in the rw
+//! scenario, or a lock lost while held in the renewal scenario); missing a performance target is reported, not an error.
 
 mod chart;
 mod contenders;
@@ -37,10 +37,11 @@ use crate::scenarios::Ctx;
 #[global_allocator]
 static ALLOC: measure::CountingAlloc = measure::CountingAlloc;
 
-const SCENARIOS: [&str; 6] = [
+const SCENARIOS: [&str; 7] = [
     "uncontended",
     "throughput",
     "contention",
+    "rw",
     "handoff",
     "renewal",
     "attribute",
@@ -55,7 +56,7 @@ struct Options {
 }
 
 const USAGE: &str = "usage: cargo run --release -p lock-bench [-- [--quick] [--scenario NAME]... [--write | --no-write] [--out DIR]]
-scenarios: uncontended, throughput, contention, handoff, renewal, attribute";
+scenarios: uncontended, throughput, contention, rw, handoff, renewal, attribute";
 
 fn parse_args() -> Result<Options, String> {
     let mut options = Options {
@@ -204,6 +205,20 @@ async fn run(options: Options) -> Result<bool, BenchError> {
         }
         sections.push(("Contention: 16 tasks on one key", text));
         results.contention = Some(c);
+    }
+    if wanted(&options, "rw") {
+        let t = announce("rw");
+        let mut r = scenarios::rw::run(&ctx).await?;
+        let text = report::rw(&mut r, &mut targets);
+        println!("{text}({})", report::dur(t.elapsed()));
+        for p in &r.phases {
+            if p.violations > 0 {
+                eprintln!("SAFETY: {}: {} overlapping holders", p.name, p.violations);
+                safe = false;
+            }
+        }
+        sections.push(("Read-write lock: 15 readers and a writer on one key", text));
+        results.rw = Some(r);
     }
     if wanted(&options, "handoff") {
         let t = announce("handoff");

@@ -4,6 +4,7 @@ pub mod attribute;
 pub mod contention;
 pub mod handoff;
 pub mod renewal;
+pub mod rw;
 pub mod throughput;
 pub mod uncontended;
 
