@@ -8,7 +8,8 @@
 //!   with their re-entry counts and tokens);
 //! * `lock:{order:42}:readers` and `lock:{order:42}:readers:holders`: the
 //!   readers of a read-write lock, leased like semaphore permits, and
-//!   `lock:{order:42}:writer-waiting`, set by a writer waiting for readers;
+//!   `lock:{order:42}:writer-waiting` and `lock:{order:42}:readers-waiting`,
+//!   set by writers and readers waiting for each other, so that they take turns;
 //! * `lock:{order:42}:queue` and `lock:{order:42}:queue:alive`: the fair
 //!   waiters in arrival order, and until when each counts as still waiting;
 //! * `lock:{order:42}:released`: the pub/sub channel its release is announced on;
@@ -86,6 +87,11 @@ impl LockKeys {
     /// The readers' re-entry counts and tokens.
     pub(crate) fn readers_holders(&self) -> String {
         format!("{}:readers:holders", self.lock)
+    }
+
+    /// The marker waiting readers set so that the next free turn is theirs.
+    pub(crate) fn readers_waiting(&self) -> String {
+        format!("{}:readers-waiting", self.lock)
     }
 
     /// The fair waiters in line, scored by arrival.

@@ -285,8 +285,9 @@ impl LockRequest {
                 (outcome, stored_place(self.kind, &keys[0]))
             }
             Kind::Read => {
+                let waiting = deadline.saturating_duration_since(sent);
                 let outcome = scripts
-                    .acquire_read(&self.label, &keys[0], owner, self.lease)
+                    .acquire_read(&self.label, &keys[0], owner, self.lease, waiting)
                     .await?;
                 (outcome, stored_place(self.kind, &keys[0]))
             }

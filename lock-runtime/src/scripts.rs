@@ -137,6 +137,9 @@ impl Scripts {
         for lock in keys {
             call.key(lock.writer_waiting());
         }
+        for lock in keys {
+            call.key(lock.readers_waiting());
+        }
         call.arg(owner)
             .arg(millis(lease))
             .arg(waiting.as_millis() as u64);
@@ -166,13 +169,15 @@ impl Scripts {
         acquired(name, 1, &reply)
     }
 
-    /// Takes or re-enters the read side of a read-write lock.
+    /// Takes or re-enters the read side of a read-write lock; a caller
+    /// that has to wait claims the next turn for readers for `waiting`.
     pub(crate) async fn acquire_read(
         &self,
         name: &str,
         keys: &LockKeys,
         owner: &str,
         lease: Duration,
+        waiting: Duration,
     ) -> Result<Acquired, LockError> {
         let mut call = READ_ACQUIRE.prepare_invoke();
         call.key(&keys.lock)
@@ -180,8 +185,10 @@ impl Scripts {
             .key(keys.readers_holders())
             .key(&keys.fence)
             .key(keys.writer_waiting())
+            .key(keys.readers_waiting())
             .arg(owner)
-            .arg(millis(lease));
+            .arg(millis(lease))
+            .arg(waiting.as_millis() as u64);
         self.quarantine_args(&mut call);
         let reply: Vec<i64> = self.run(Some(name), &call, self.timeout).await?;
         acquired(name, 1, &reply)

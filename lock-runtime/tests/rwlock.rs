@@ -99,7 +99,13 @@ async fn readers_overlap_and_writers_are_alone() {
         checker.most_readers.load(Ordering::SeqCst) > 1,
         "readers never overlapped"
     );
-    for suffix in ["", ":readers", ":readers:holders", ":writer-waiting"] {
+    for suffix in [
+        "",
+        ":readers",
+        ":readers:holders",
+        ":writer-waiting",
+        ":readers-waiting",
+    ] {
         assert_eq!(
             server.cli(&["EXISTS", &format!("{}{suffix}", lock_key(&name))]),
             "0"
@@ -154,6 +160,47 @@ async fn a_stream_of_readers_does_not_starve_a_writer() {
     stop.store(true, Ordering::SeqCst);
     ok(&server, stream.await.unwrap());
     assert!(waited < Duration::from_secs(3), "writer waited {waited:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_writer_that_lets_go_and_comes_back_lets_waiting_readers_in_first() {
+    let server = RedisServer::start();
+    let readers = client(&server).await;
+    let writer = client(&server).await;
+    let name = unique_key("writer-loop");
+    for _ in 0..5 {
+        let guard = ok(&server, writer.write_lock(name.as_str()).acquire().await);
+        let reading = {
+            let request = readers
+                .read_lock(name.as_str())
+                .wait(Duration::from_secs(10));
+            tokio::spawn(async move {
+                let read = request.acquire().await?;
+                let at = Instant::now();
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                read.release().await?;
+                Ok::<_, LockError>(at)
+            })
+        };
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        // Let go and ask again at once, as a writer in a loop would.
+        ok(&server, guard.release().await);
+        let again = ok(
+            &server,
+            writer
+                .write_lock(name.as_str())
+                .wait(Duration::from_secs(10))
+                .acquire()
+                .await,
+        );
+        let writer_back = Instant::now();
+        let reader_in = ok(&server, reading.await.unwrap());
+        assert!(
+            reader_in < writer_back,
+            "the writer took the lock straight back"
+        );
+        ok(&server, again.release().await);
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -4,10 +4,13 @@
 -- a caller that waits for readers marks itself waiting, which holds back
 -- new readers until it is in.
 --
--- KEYS[1..n]       the lock hashes (owner, count, fence), n = #KEYS / 4
+-- KEYS[1..n]       the lock hashes (owner, count, fence), n = #KEYS / 5
 -- KEYS[n+1..2n]    the fencing counter of each lock's hash slot (see keys.rs)
 -- KEYS[2n+1..3n]   each lock's readers (sorted set scored by lease expiry)
 -- KEYS[3n+1..4n]   each lock's waiting-writer marker
+-- KEYS[4n+1..5n]   each lock's waiting-readers marker: a writer that finds it
+--                  (and no writer waiting for readers) lets the readers go
+--                  first, so that a writer in a loop cannot starve them
 -- ARGV[1]          owner id (client uuid : scope id)
 -- ARGV[2]          lease in milliseconds
 -- ARGV[3]          how long the caller will keep waiting, in milliseconds
@@ -16,7 +19,7 @@
 -- Returns {1, fence_1, count_1, ..., fence_n, count_n} when the caller holds
 -- every lock afterwards, or {0, pttl} with the longest remaining lease among
 -- the holders in the way (-1 when one of them has no expiry).
-local n = #KEYS / 4
+local n = #KEYS / 5
 local q = quarantine_at(4)
 local longest = nil
 local function blocked_for(ttl)
@@ -35,8 +38,8 @@ for i = 1, n do
   if owner and owner ~= ARGV[1] then
     blocked_for(redis.call('PTTL', KEYS[i]))
   elseif not owner then
-    local readers, marker = KEYS[2 * n + i], KEYS[3 * n + i]
-    if redis.call('EXISTS', readers, marker) > 0 then
+    local readers, marker, readers_waiting = KEYS[2 * n + i], KEYS[3 * n + i], KEYS[4 * n + i]
+    if redis.call('EXISTS', readers, marker, readers_waiting) > 0 then
       local now = now_ms()
       local others = redis.call('ZCOUNT', readers, '(' .. now, '+inf')
       if holds_place(readers, ARGV[1]) then
@@ -48,6 +51,8 @@ for i = 1, n do
         if tonumber(ARGV[3]) > 0 then
           redis.call('SET', marker, ARGV[1], 'PX', ARGV[3])
         end
+      elseif redis.call('EXISTS', marker) == 0 and redis.call('EXISTS', readers_waiting) == 1 then
+        blocked_for(redis.call('PTTL', readers_waiting))
       end
       marked[i] = redis.call('GET', marker) == ARGV[1]
     end

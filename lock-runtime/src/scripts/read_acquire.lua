@@ -5,20 +5,37 @@
 -- KEYS[3]  the readers' re-entry counts and tokens
 -- KEYS[4]  the fencing counter of the lock's hash slot
 -- KEYS[5]  the marker a waiting writer sets to hold back new readers
+-- KEYS[6]  the marker waiting readers set so that the next free turn is theirs
 -- ARGV[1]  owner id
 -- ARGV[2]  lease in milliseconds
--- ARGV[3..5]  the restart quarantine: run id seen, ms, strict (prelude)
+-- ARGV[3]  how long the caller will keep waiting, in milliseconds
+-- ARGV[4..6]  the restart quarantine: run id seen, ms, strict (prelude)
 --
 -- Returns {1, fence, count} when the caller reads afterwards, or {0, pttl}
 -- with how long the writer (or the waiting writer's marker) lasts at most.
+--
+-- Writers and readers take turns: a waiting writer holds back new readers
+-- (so a stream of readers cannot starve it), and waiting readers keep a
+-- writer that just let go from taking the lock straight back (so a writer in
+-- a loop cannot starve them).
+local function wait_for_turn(ttl)
+  if tonumber(ARGV[3]) > 0 then
+    redis.call('SET', KEYS[6], 1, 'PX', ARGV[3])
+  end
+  return {0, ttl}
+end
 local writer = redis.call('HGET', KEYS[1], 'owner')
 if writer and writer ~= ARGV[1] then
-  return {0, redis.call('PTTL', KEYS[1])}
+  return wait_for_turn(redis.call('PTTL', KEYS[1]))
 end
--- A writer is waiting: new readers queue behind it so that a stream of
--- readers cannot starve it. Readers already in (re-entering) and the
--- writer itself (downgrading) go on, or they would wait for themselves.
+-- Readers already in (re-entering) and the writer itself (downgrading) go
+-- on past a waiting writer, or they would wait for themselves.
 if not writer and not holds_place(KEYS[2], ARGV[1]) and redis.call('EXISTS', KEYS[5]) == 1 then
-  return {0, redis.call('PTTL', KEYS[5])}
+  return wait_for_turn(redis.call('PTTL', KEYS[5]))
 end
-return take_place(KEYS[2], KEYS[3], KEYS[4], ARGV[1], tonumber(ARGV[2]), nil, quarantine_at(3))
+local taken = take_place(KEYS[2], KEYS[3], KEYS[4], ARGV[1], tonumber(ARGV[2]), nil, quarantine_at(4))
+if taken[1] == 1 then
+  -- The readers' turn has come.
+  redis.call('DEL', KEYS[6])
+end
+return taken
