@@ -16,11 +16,29 @@
 //!
 //! Two unwarned intervals on the same key that overlap in time are an
 //! **unwarned overlap**: two holders both believed they held the lock.
+//!
+//! # Per kind of lock
+//!
+//! Every section has a [`Role`]; the rules above apply per key as follows.
+//!
+//! - **Exclusive** holders (plain, fair and multi-key locks, and the write
+//!   side of a read-write lock) overlap nobody. A multi-key section is
+//!   recorded once per key, with that key's token, so exclusion and fencing
+//!   are judged per key.
+//! - **Readers** may overlap each other, never an exclusive holder.
+//! - **Permit** holders (a semaphore of N permits, [`History::permits`]) may
+//!   overlap each other up to N at once: the violation is an acquisition
+//!   that makes N + 1 unwarned permit holders of the key at once.
+//!
+//! Only exclusive holders' writes are fenced, and only their tokens must
+//! grow in acquisition order: readers and permit holders hold concurrently,
+//! so neither the order in which their `acquire()`s returned nor one shared
+//! highest token means anything for them.
 
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 
-use crate::record::{Call, FailKind, LossKind, ReleaseOutcome};
+use crate::record::{Call, FailKind, LossKind, ReleaseOutcome, Role};
 
 /// How long after a stall ends a frozen holder still counts as frozen: the
 /// runtime needs a moment to run its watchdog and deliver `lost()`.
@@ -28,6 +46,9 @@ pub const FROZEN_GRACE_US: i64 = 200_000;
 
 /// A loss notice later than this after the validity deadline is late.
 pub const LATE_NOTICE_US: i64 = 100_000;
+
+/// Two `acquire()` calls closer than this have no clear arrival order.
+pub const ARRIVAL_SLACK_US: i64 = 10_000;
 
 /// The kinds of fault the injector knows.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -150,6 +171,8 @@ pub struct Section {
     pub holder: Holder,
     /// Key index.
     pub key: u32,
+    /// What the holder may share the key with.
+    pub role: Role,
     /// Fencing token.
     pub token: u64,
     /// When `acquire()` was called (unknown for a killed worker).
@@ -191,6 +214,8 @@ pub struct Write {
     pub holder: Holder,
     /// Key index.
     pub key: u32,
+    /// What the writer may share the key with (only exclusive writes are fenced).
+    pub role: Role,
     /// The writer's token.
     pub token: u64,
     /// Begin marker (`true`) or end marker.
@@ -263,6 +288,8 @@ pub struct Hang {
 pub struct History {
     /// Lease of every lock, in microseconds.
     pub lease_us: i64,
+    /// Permits of every semaphore (for [`Role::Permit`] sections).
+    pub permits: u32,
     /// Critical sections.
     pub sections: Vec<Section>,
     /// Writes, in the order the resource received them.
@@ -314,6 +341,9 @@ pub struct Overlap {
     pub faults: Vec<FaultKind>,
     /// The last fault injected before the overlap began.
     pub last_fault: Option<FaultKind>,
+    /// Holders at once: 2 for a pair; for permits, N + 1 (`first` is the
+    /// earliest of the others).
+    pub holders: usize,
 }
 
 /// A fencing token that was not greater than an earlier token of its key.
@@ -440,6 +470,14 @@ pub struct Figures {
     pub leftover: Option<u32>,
     /// Workers that exited without being told to.
     pub unexpected_exits: u32,
+    /// Information, for fair locks: pairs of exclusive holders of a key
+    /// where the later arrival (by more than [`ARRIVAL_SLACK_US`]) acquired
+    /// first while the earlier one was still waiting.
+    pub out_of_order: usize,
+    /// Pairs of exclusive holders of a key that both waited at once (the
+    /// later one called `acquire()` more than [`ARRIVAL_SLACK_US`] after the
+    /// earlier one, before the earlier one acquired).
+    pub waiting_pairs: usize,
 }
 
 impl Figures {
@@ -516,8 +554,10 @@ pub fn claim_end(section: &Section, stalls: &[Stall]) -> i64 {
 
 /// Computes every figure of a run.
 pub fn analyze(history: &History) -> Figures {
+    let holders: std::collections::HashSet<Holder> =
+        history.sections.iter().map(|s| s.holder).collect();
     let mut figures = Figures {
-        acquisitions: history.sections.len(),
+        acquisitions: holders.len(),
         failures: history.failures.clone(),
         releases: history.releases.clone(),
         leftover: history.leftover,
@@ -542,6 +582,7 @@ pub fn analyze(history: &History) -> Figures {
     fencing(history, &mut figures);
     notices(history, &mut figures);
     handoffs(history, &by_key, &mut figures);
+    arrivals(&by_key, &mut figures);
 
     figures.crashes = history.crashes.len();
     for crash in &history.crashes {
@@ -566,39 +607,58 @@ pub fn analyze(history: &History) -> Figures {
     figures
 }
 
+/// Whether two holders of one key may not hold it at once (permit holders
+/// are counted apart, see [`permit_overlaps`]).
+fn conflicts(a: Role, b: Role) -> bool {
+    !matches!(
+        (a, b),
+        (Role::Read, Role::Read) | (Role::Permit, _) | (_, Role::Permit)
+    )
+}
+
+/// An earlier section whose interval may still be open: it, the end of its
+/// unwarned interval, and the end ignoring the frozen-holder exception.
+type Open<'a> = (&'a Section, i64, i64);
+
 fn overlaps(history: &History, by_key: &BTreeMap<u32, Vec<&Section>>, figures: &mut Figures) {
     for (&key, sections) in by_key {
-        // Earlier sections whose interval may still be open.
-        let mut open: Vec<(&Section, i64, i64)> = Vec::new();
+        let mut open: Vec<Open<'_>> = Vec::new();
         for &later in sections {
             let at = later.acquired;
             open.retain(|&(_, _, raw)| raw > at);
             let later_end = claim_end(later, &history.stalls);
             if later_end > at {
+                let overlap = |first: &Section, first_end: i64, holders: usize| Overlap {
+                    key,
+                    first: first.holder,
+                    first_token: first.token,
+                    first_acquired: first.acquired,
+                    first_end,
+                    first_reason: first.reason,
+                    first_told: first.told,
+                    second: later.holder,
+                    second_token: later.token,
+                    second_acquired: at,
+                    overlap_us: first_end.min(later_end) - at,
+                    faults: faults_near(&history.faults, at, history.lease_us),
+                    last_fault: last_fault(&history.faults, at),
+                    holders,
+                };
                 for &(first, first_end, first_raw) in &open {
-                    let overlap = Overlap {
-                        key,
-                        first: first.holder,
-                        first_token: first.token,
-                        first_acquired: first.acquired,
-                        first_end,
-                        first_reason: first.reason,
-                        first_told: first.told,
-                        second: later.holder,
-                        second_token: later.token,
-                        second_acquired: at,
-                        overlap_us: first_end.min(later_end) - at,
-                        faults: faults_near(&history.faults, at, history.lease_us),
-                        last_fault: last_fault(&history.faults, at),
-                    };
+                    if !conflicts(first.role, later.role) {
+                        continue;
+                    }
                     if first_end > at {
-                        figures.unwarned_overlaps.push(overlap);
+                        figures.unwarned_overlaps.push(overlap(first, first_end, 2));
                     } else if first_raw > at {
                         figures.frozen_overlaps.push(Overlap {
                             overlap_us: first_raw.min(later_end) - at,
-                            ..overlap
+                            ..overlap(first, first_raw, 2)
                         });
                     }
+                }
+                if later.role == Role::Permit {
+                    permit_overlaps(history, &open, (at, later_end), figures, overlap);
                 }
             }
             open.push((later, later_end, later.raw_end().max(later_end)));
@@ -606,11 +666,42 @@ fn overlaps(history: &History, by_key: &BTreeMap<u32, Vec<&Section>>, figures: &
     }
 }
 
+/// Judges a permit holder's acquisition: with the earlier permit holders
+/// still open, more than N unwarned holders at once is a violation; more
+/// than N only when frozen holders past their deadline count is apart.
+fn permit_overlaps(
+    history: &History,
+    open: &[Open<'_>],
+    (at, later_end): (i64, i64),
+    figures: &mut Figures,
+    overlap: impl Fn(&Section, i64, usize) -> Overlap,
+) {
+    let permits = history.permits.max(1) as usize;
+    let others: Vec<&Open<'_>> = open.iter().filter(|o| o.0.role == Role::Permit).collect();
+    let unwarned: Vec<&&Open<'_>> = others.iter().filter(|o| o.1 > at).collect();
+    if unwarned.len() + 1 > permits {
+        let first = unwarned[0];
+        let end = unwarned.iter().map(|o| o.1).min().unwrap_or(first.1);
+        figures.unwarned_overlaps.push(Overlap {
+            overlap_us: end.min(later_end) - at,
+            ..overlap(first.0, first.1, unwarned.len() + 1)
+        });
+    } else if others.len() + 1 > permits {
+        let first = others[0];
+        let end = others.iter().map(|o| o.2).min().unwrap_or(first.2);
+        figures.frozen_overlaps.push(Overlap {
+            overlap_us: end.min(later_end) - at,
+            ..overlap(first.0, first.2, others.len() + 1)
+        });
+    }
+}
+
 fn regressions(history: &History, by_key: &BTreeMap<u32, Vec<&Section>>, figures: &mut Figures) {
     for (&key, sections) in by_key {
         let mut max: Option<u64> = None;
         for section in sections {
-            if let Some(earlier_max) = max
+            if section.role == Role::Exclusive
+                && let Some(earlier_max) = max
                 && section.token <= earlier_max
             {
                 figures.token_regressions.push(Regression {
@@ -632,17 +723,20 @@ fn regressions(history: &History, by_key: &BTreeMap<u32, Vec<&Section>>, figures
 }
 
 fn fencing(history: &History, figures: &mut Figures) {
-    let claims: HashMap<Holder, (i64, i64)> = history
+    let claims: HashMap<(Holder, u32), (i64, i64)> = history
         .sections
         .iter()
-        .map(|s| (s.holder, (s.acquired, claim_end(s, &history.stalls))))
+        .map(|s| {
+            let claim = (s.acquired, claim_end(s, &history.stalls));
+            ((s.holder, s.key), claim)
+        })
         .collect();
     // Per key: the best accepted (token, holder) and the best token of
     // another holder than that one.
     let mut best: HashMap<u32, ((u64, Holder), Option<u64>)> = HashMap::new();
-    for write in &history.writes {
+    for write in history.writes.iter().filter(|w| w.role == Role::Exclusive) {
         if !write.accepted {
-            match claims.get(&write.holder) {
+            match claims.get(&(write.holder, write.key)) {
                 Some(&(acquired, end)) if acquired <= write.at && write.at < end => {
                     figures.current_rejected += 1
                 }
@@ -681,7 +775,9 @@ fn fencing(history: &History, figures: &mut Figures) {
 fn notices(history: &History, figures: &mut Figures) {
     let mut margins: BTreeMap<LossKind, Vec<i64>> = BTreeMap::new();
     let mut frozen = Vec::new();
-    for section in &history.sections {
+    let mut seen = std::collections::HashSet::new();
+    // A multi-key section has one record per key, and one notice.
+    for section in history.sections.iter().filter(|s| seen.insert(s.holder)) {
         let worker = section.holder.worker;
         if let (Some(told), Some(reason)) = (section.told, section.reason) {
             figures.told += 1;
@@ -715,6 +811,9 @@ fn handoffs(history: &History, by_key: &BTreeMap<u32, Vec<&Section>>, figures: &
     for sections in by_key.values() {
         for pair in sections.windows(2) {
             let (prev, next) = (pair[0], pair[1]);
+            if prev.role != Role::Exclusive || next.role != Role::Exclusive {
+                continue;
+            }
             let released = prev.end;
             let waiting = next.start.is_some_and(|start| start < released);
             if prev.killed || prev.told.is_some() || !waiting || next.acquired < released {
@@ -730,4 +829,31 @@ fn handoffs(history: &History, by_key: &BTreeMap<u32, Vec<&Section>>, figures: &
         }
     }
     figures.handoff = Spread::of(values);
+}
+
+/// Counts, for information, exclusive holders of a key that acquired before
+/// an earlier arrival that was still waiting (see [`Figures::out_of_order`]).
+fn arrivals(by_key: &BTreeMap<u32, Vec<&Section>>, figures: &mut Figures) {
+    for sections in by_key.values() {
+        let mut arrived: Vec<(i64, i64)> = sections
+            .iter()
+            .filter(|s| s.role == Role::Exclusive)
+            .filter_map(|s| Some((s.start?, s.acquired)))
+            .collect();
+        arrived.sort_unstable();
+        for (i, &(start, acquired)) in arrived.iter().enumerate() {
+            for &(later_start, later_acquired) in &arrived[i + 1..] {
+                if later_start >= acquired {
+                    break;
+                }
+                if later_start - start <= ARRIVAL_SLACK_US {
+                    continue;
+                }
+                figures.waiting_pairs += 1;
+                if later_acquired < acquired {
+                    figures.out_of_order += 1;
+                }
+            }
+        }
+    }
 }

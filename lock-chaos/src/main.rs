@@ -39,20 +39,45 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    eprintln!(
-        "lock-chaos: {} clients × {} tasks, {} keys, lease {:?}, faults for {:?} (seed {})",
-        options.clients, options.tasks, options.keys, options.lease, options.duration, options.seed
-    );
-    let t0 = clock::now_us();
-    let (history, info) = match runtime.block_on(orchestrator::run(&options)) {
-        Ok(done) => done,
-        Err(err) => {
-            eprintln!("lock-chaos: {err}");
-            return ExitCode::from(2);
-        }
-    };
-    let figures = checker::analyze(&history);
-    let text = report::markdown(&options, &info, &history, &figures, t0);
+    let mut runs = Vec::new();
+    for &kind in &options.kinds {
+        eprintln!(
+            "lock-chaos: {kind} locks: {} clients × {} tasks, {} keys, lease {:?}, faults for {:?} (seed {})",
+            options.clients,
+            options.tasks,
+            options.keys,
+            options.lease,
+            options.duration,
+            options.seed
+        );
+        let t0 = clock::now_us();
+        let (history, info) = match runtime.block_on(orchestrator::run(&options, kind)) {
+            Ok(done) => done,
+            Err(err) => {
+                eprintln!("lock-chaos: {kind}: {err}");
+                return ExitCode::from(2);
+            }
+        };
+        let figures = checker::analyze(&history);
+        let safety: Vec<String> = figures
+            .safety()
+            .iter()
+            .map(|(_, n)| n.to_string())
+            .collect();
+        eprintln!(
+            "lock-chaos: {kind}: {} critical sections, safety figures {}",
+            figures.acquisitions,
+            safety.join(" ")
+        );
+        runs.push(report::KindRun {
+            kind,
+            info,
+            history,
+            figures,
+            t0,
+        });
+    }
+    let text = report::markdown(&options, &runs);
     println!("{text}");
     if let Some(path) = &options.report
         && let Err(err) = std::fs::write(path, &text)
@@ -60,10 +85,18 @@ fn main() -> ExitCode {
         eprintln!("lock-chaos: cannot write {}: {err}", path.display());
         return ExitCode::from(2);
     }
-    if figures.is_safe() {
+    let failed: Vec<&str> = runs
+        .iter()
+        .filter(|run| !run.figures.is_safe())
+        .map(|run| run.kind.name())
+        .collect();
+    if failed.is_empty() {
         ExitCode::SUCCESS
     } else {
-        eprintln!("lock-chaos: a safety figure is not 0");
+        eprintln!(
+            "lock-chaos: a safety figure is not 0 for: {}",
+            failed.join(", ")
+        );
         ExitCode::FAILURE
     }
 }

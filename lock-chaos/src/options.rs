@@ -5,6 +5,73 @@ use std::time::Duration;
 
 use crate::checker::FaultKind;
 
+/// Permits of every semaphore in a `semaphore` run.
+pub const PERMITS: u32 = 2;
+
+/// Default fault time per kind with `--ci`.
+pub const CI_DURATION: Duration = Duration::from_secs(12);
+
+/// The kind of lock the worker tasks take.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum LockKind {
+    /// `lock(k)`: one holder.
+    Exclusive,
+    /// `lock_all([a, b])` on two distinct random keys.
+    Multi,
+    /// `semaphore(k, PERMITS)`.
+    Semaphore,
+    /// `read_lock(k)` three times in four, `write_lock(k)` otherwise.
+    ReadWrite,
+    /// `fair_lock(k)`: one holder, waiters in arrival order.
+    Fair,
+}
+
+impl LockKind {
+    /// Every kind, in report order.
+    pub const ALL: [LockKind; 5] = [
+        LockKind::Exclusive,
+        LockKind::Multi,
+        LockKind::Semaphore,
+        LockKind::ReadWrite,
+        LockKind::Fair,
+    ];
+
+    /// The name used on the command line and in reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            LockKind::Exclusive => "exclusive",
+            LockKind::Multi => "multi",
+            LockKind::Semaphore => "semaphore",
+            LockKind::ReadWrite => "rw",
+            LockKind::Fair => "fair",
+        }
+    }
+
+    /// What the worker tasks call, for reports.
+    pub fn description(self) -> &'static str {
+        match self {
+            LockKind::Exclusive => "`lock(k)` on one random key",
+            LockKind::Multi => "`lock_all([a, b])` on two distinct random keys",
+            LockKind::Semaphore => "`semaphore(k, 2)` on one random key (2 permits)",
+            LockKind::ReadWrite => {
+                "`read_lock(k)` (3 in 4 sections) or `write_lock(k)` (1 in 4) on one random key"
+            }
+            LockKind::Fair => "`fair_lock(k)` on one random key",
+        }
+    }
+
+    /// Parses a name printed by [`LockKind::name`].
+    pub fn from_name(name: &str) -> Option<LockKind> {
+        LockKind::ALL.into_iter().find(|kind| kind.name() == name)
+    }
+}
+
+impl std::fmt::Display for LockKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
 /// Usage text.
 pub const USAGE: &str = "\
 lock-chaos: fault suite for lock-runtime
@@ -13,7 +80,11 @@ USAGE:
     cargo run --release -p lock-chaos -- [OPTIONS]
 
 OPTIONS:
-    --duration <D>         how long to inject faults (default 240s; 60s with --ci)
+    --kind <LIST>          comma-separated kinds of lock, one run each (default
+                           exclusive; every kind with --ci): exclusive, multi,
+                           semaphore, rw, fair; `all` names every kind
+    --duration <D>         how long to inject faults, per kind (default 240s;
+                           12s with --ci)
     --clients <N>          client processes (default 4)
     --tasks <N>            tasks per client process (default 4)
     --keys <N>             lock names the tasks contend for (default 3)
@@ -31,7 +102,8 @@ OPTIONS:
                            redis-restart-delayed, client-kill, client-pause,
                            proxy-delay, proxy-cut, worker-stall, worker-kill
     --report <PATH>        write the figures as Markdown to PATH (e.g. RELIABILITY.md)
-    --ci                   the short run for CI
+    --ci                   the short runs for CI: every kind (unless --kind),
+                           12 s of faults each
     -h, --help             this text
 
 Durations: 500ms, 1s, 1.5s, 2m, 1m30s. The exit code is 1 when a safety figure
@@ -60,6 +132,8 @@ pub struct Options {
     pub strict_quarantine: bool,
     /// Seed.
     pub seed: u64,
+    /// Kinds of lock, one run each, in this order.
+    pub kinds: Vec<LockKind>,
     /// Fault kinds to inject.
     pub faults: Vec<FaultKind>,
     /// Where to write the Markdown report.
@@ -81,6 +155,7 @@ impl Default for Options {
             restart_quarantine: None,
             strict_quarantine: false,
             seed: 1,
+            kinds: vec![LockKind::Exclusive],
             faults: FaultKind::ALL.to_vec(),
             report: None,
             ci: false,
@@ -132,6 +207,7 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
 pub fn parse(args: &[String]) -> Result<Parsed, String> {
     let mut options = Options::default();
     let mut duration = None;
+    let mut kinds = None;
     let mut args = args.iter();
     while let Some(arg) = args.next() {
         let (flag, inline) = match arg.split_once('=') {
@@ -166,6 +242,24 @@ pub fn parse(args: &[String]) -> Result<Parsed, String> {
             "--command-timeout" => options.command_timeout = parse_duration(&value()?)?,
             "--seed" => options.seed = number(value()?)?,
             "--report" => options.report = Some(PathBuf::from(value()?)),
+            "--kind" => {
+                let list = value()?;
+                let named: Vec<LockKind> = if list == "all" {
+                    LockKind::ALL.to_vec()
+                } else {
+                    list.split(',')
+                        .filter(|name| !name.is_empty())
+                        .map(|name| {
+                            LockKind::from_name(name.trim())
+                                .ok_or_else(|| format!("unknown kind of lock `{name}`"))
+                        })
+                        .collect::<Result<_, _>>()?
+                };
+                if named.is_empty() {
+                    return Err("`--kind` names no kind of lock".into());
+                }
+                kinds = Some(named);
+            }
             "--faults" => {
                 options.faults = value()?
                     .split(',')
@@ -183,10 +277,14 @@ pub fn parse(args: &[String]) -> Result<Parsed, String> {
         }
     }
     options.duration = duration.unwrap_or(if options.ci {
-        Duration::from_secs(60)
+        CI_DURATION
     } else {
         options.duration
     });
+    options.kinds = kinds.unwrap_or_else(|| options.default_kinds());
+    if options.kinds.contains(&LockKind::Multi) && options.keys < 2 {
+        return Err("`--kind multi` needs `--keys` of at least 2".into());
+    }
     if options.lease < Duration::from_millis(300) {
         return Err("`--lease` must be at least 300ms".into());
     }
@@ -197,6 +295,15 @@ pub fn parse(args: &[String]) -> Result<Parsed, String> {
 }
 
 impl Options {
+    /// The kinds run when `--kind` is not given.
+    fn default_kinds(&self) -> Vec<LockKind> {
+        if self.ci {
+            LockKind::ALL.to_vec()
+        } else {
+            vec![LockKind::Exclusive]
+        }
+    }
+
     /// The clients' restart quarantine.
     pub fn quarantine(&self) -> Duration {
         self.restart_quarantine.unwrap_or(self.lease)
@@ -210,7 +317,7 @@ impl Options {
             parts.push("--ci".into());
         }
         let default_duration = if self.ci {
-            Duration::from_secs(60)
+            CI_DURATION
         } else {
             defaults.duration
         };
@@ -227,6 +334,14 @@ impl Options {
                 format!("{ms}ms")
             }
         };
+        let kinds = |kinds: &[LockKind]| {
+            if kinds == LockKind::ALL {
+                "all".to_owned()
+            } else {
+                kinds.iter().map(|k| k.name()).collect::<Vec<_>>().join(",")
+            }
+        };
+        flag("kind", kinds(&self.kinds), kinds(&self.default_kinds()));
         flag("duration", d(self.duration), d(default_duration));
         flag(
             "clients",

@@ -13,7 +13,7 @@ use tokio::sync::mpsc;
 
 use crate::checker::{CrashCheck, Fault, FaultKind, Hang, History, Holder, Section, Stall};
 use crate::clock::{self, now_us};
-use crate::options::Options;
+use crate::options::{LockKind, Options, PERMITS};
 use crate::proxy::Proxy;
 use crate::record::{SectionLine, WorkerLine};
 use crate::resource::Resource;
@@ -89,6 +89,7 @@ struct Worker {
 /// Everything a run needs while it injects faults.
 struct Run {
     options: Options,
+    kind: LockKind,
     redis: Arc<Mutex<RedisServer>>,
     proxy: Proxy,
     resource: Resource,
@@ -132,6 +133,64 @@ fn lock_key(key: u32) -> String {
     format!("{PREFIX}{{k{key}}}")
 }
 
+/// The Redis keys where holders of the lock `k<key>` are recorded, whatever
+/// its kind: the lock hash (exclusive, fair, multi-key, writer) or the
+/// semaphore's permits, and the read-write lock's readers (sorted sets).
+fn holder_keys(key: u32) -> [String; 2] {
+    [lock_key(key), format!("{}:readers", lock_key(key))]
+}
+
+/// Counts the places in `KEYS` held by owners whose id starts with
+/// `ARGV[1]`: a hash's `owner`, or a sorted set's members whose lease (the
+/// score, ms) has not run out. Returns that count and the longest time one
+/// of them still has (ms; -1 if one has no expiry, -2 if there is none).
+const HELD_BY: &str = "\
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local n, longest, forever = 0, -2, false
+local function mine(id) return string.sub(id, 1, #ARGV[1]) == ARGV[1] end
+for _, key in ipairs(KEYS) do
+  local kind = redis.call('TYPE', key)['ok']
+  if kind == 'hash' then
+    local owner = redis.call('HGET', key, 'owner')
+    if owner and mine(owner) then
+      n = n + 1
+      local pttl = redis.call('PTTL', key)
+      if pttl < 0 then forever = true else longest = math.max(longest, pttl) end
+    end
+  elseif kind == 'zset' then
+    local held = redis.call('ZRANGEBYSCORE', key, '(' .. now, '+inf', 'WITHSCORES')
+    for i = 1, #held, 2 do
+      if mine(held[i]) then
+        n = n + 1
+        longest = math.max(longest, tonumber(held[i + 1]) - now)
+      end
+    end
+  end
+end
+if forever then longest = -1 end
+return {n, longest}";
+
+/// Runs [`HELD_BY`] for the client id `client` on `keys`.
+async fn held_by(
+    redis: &Arc<Mutex<RedisServer>>,
+    client: &str,
+    keys: Vec<String>,
+) -> Option<(u32, i64)> {
+    let mut args = vec![
+        "EVAL".to_owned(),
+        HELD_BY.to_owned(),
+        keys.len().to_string(),
+    ];
+    args.extend(keys);
+    args.push(client.to_owned());
+    let reply = redis_cli(redis, args).await?;
+    let mut lines = reply.lines();
+    let n = lines.next()?.trim().parse().ok()?;
+    let longest = lines.next()?.trim().parse().ok()?;
+    Some((n, longest))
+}
+
 fn scaled(d: Duration, percent: u64) -> Duration {
     d * percent as u32 / 100
 }
@@ -152,6 +211,7 @@ impl Run {
             restart_quarantine: self.options.quarantine(),
             strict_quarantine: self.options.strict_quarantine,
             seed: self.options.seed,
+            kind: self.kind,
         };
         let mut child = Command::new(&self.exe)
             .args(config.to_args())
@@ -338,35 +398,24 @@ impl Run {
         self.deaths.insert(id, killed_at);
         let client = lock(&self.collected).clients.get(&id).cloned();
 
-        let pttl = redis_cli(&self.redis, vec!["PTTL".into(), lock_key(key)]).await;
-        let owner = redis_cli(
-            &self.redis,
-            vec!["HGET".into(), lock_key(key), "owner".into()],
-        )
-        .await;
-        let dead = |owner: &Option<String>| match (owner, &client) {
-            (Some(owner), Some(client)) => owner.starts_with(client.as_str()),
-            _ => false,
+        let at_kill = match &client {
+            Some(client) => held_by(&self.redis, client, holder_keys(key).to_vec()).await,
+            None => None,
         };
-        let owned_at_kill = dead(&owner);
+        let owned_at_kill = at_kill.is_some_and(|(n, _)| n > 0);
         self.spawn_worker().await?;
 
         let check_at = killed_at + clock::micros(self.options.lease + CRASH_SLACK);
         tokio::time::sleep(Duration::from_micros((check_at - now_us()).max(0) as u64)).await;
-        let mut held_after = Some(0);
-        for k in 0..self.options.keys {
-            let owner = redis_cli(
-                &self.redis,
-                vec!["HGET".into(), lock_key(k), "owner".into()],
-            )
-            .await;
-            match owner {
-                None => held_after = None,
-                o if dead(&o) => held_after = held_after.map(|n| n + 1),
-                _ => {}
-            }
-        }
-        let pttl_ms = pttl.and_then(|p| p.parse().ok());
+        let every_key: Vec<String> = (0..self.options.keys).flat_map(holder_keys).collect();
+        let held_after = match &client {
+            Some(client) => held_by(&self.redis, client, every_key)
+                .await
+                .map(|(n, _)| n),
+            None => None,
+        };
+        // The time the dead holder's place had left (-2: it held none).
+        let pttl_ms = at_kill.map(|(_, longest)| longest);
         self.crashes.push(CrashCheck {
             worker: id,
             key,
@@ -473,7 +522,7 @@ impl Plan {
 }
 
 /// Runs the whole suite and returns what it recorded.
-pub async fn run(options: &Options) -> Result<(History, RunInfo), String> {
+pub async fn run(options: &Options, kind: LockKind) -> Result<(History, RunInfo), String> {
     let started = now_us();
     let redis = tokio::task::spawn_blocking(RedisServer::start)
         .await
@@ -497,6 +546,7 @@ pub async fn run(options: &Options) -> Result<(History, RunInfo), String> {
     let (events_tx, events) = mpsc::unbounded_channel();
     let mut run = Run {
         options: options.clone(),
+        kind,
         redis,
         proxy,
         resource,
@@ -561,10 +611,14 @@ pub async fn run(options: &Options) -> Result<(History, RunInfo), String> {
     tokio::time::sleep(options.lease + CRASH_SLACK).await;
     let mut leftover = Some(0);
     for k in 0..options.keys {
-        match redis_cli(&run.redis, vec!["EXISTS".into(), lock_key(k)]).await {
-            Some(n) if n == "1" => leftover = leftover.map(|l| l + 1),
-            Some(_) => {}
-            None => leftover = None,
+        let mut exists = vec!["EXISTS".to_owned()];
+        exists.extend(holder_keys(k));
+        match redis_cli(&run.redis, exists)
+            .await
+            .map(|n| n.parse::<u32>())
+        {
+            Some(Ok(n)) => leftover = leftover.map(|l| l + n),
+            _ => leftover = None,
         }
     }
 
@@ -572,6 +626,7 @@ pub async fn run(options: &Options) -> Result<(History, RunInfo), String> {
     let collected = std::mem::take(&mut *lock(&run.collected));
     let mut history = collected.history;
     history.lease_us = clock::micros(options.lease);
+    history.permits = PERMITS;
     history.writes = writes;
     history.faults = std::mem::take(&mut run.faults);
     history.crashes = std::mem::take(&mut run.crashes);
@@ -598,7 +653,8 @@ fn sections(
     writes: &[crate::checker::Write],
     deaths: &HashMap<u32, i64>,
 ) -> Vec<Section> {
-    let mut sections: BTreeMap<Holder, Section> = BTreeMap::new();
+    // Keyed by holder and key: a multi-key section has one record per key.
+    let mut sections: BTreeMap<(Holder, u32), Section> = BTreeMap::new();
     for (worker, s) in reported {
         let holder = Holder {
             worker: *worker,
@@ -606,10 +662,11 @@ fn sections(
             seq: s.seq,
         };
         sections.insert(
-            holder,
+            (holder, s.key),
             Section {
                 holder,
                 key: s.key,
+                role: s.role,
                 token: s.token,
                 start: Some(s.start),
                 acquired: s.acquired,
@@ -623,17 +680,18 @@ fn sections(
         );
     }
     for write in writes {
-        if sections.contains_key(&write.holder) {
+        if sections.contains_key(&(write.holder, write.key)) {
             continue;
         }
         let Some(&died) = deaths.get(&write.holder.worker) else {
             continue;
         };
         sections.insert(
-            write.holder,
+            (write.holder, write.key),
             Section {
                 holder: write.holder,
                 key: write.key,
+                role: write.role,
                 token: write.token,
                 start: None,
                 acquired: write.acquired,

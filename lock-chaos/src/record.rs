@@ -51,6 +51,41 @@ impl LossKind {
     }
 }
 
+/// What a holder may share its lock with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Role {
+    /// Alone: a plain, fair or multi-key lock, or the write side of a
+    /// read-write lock. Its writes are fenced.
+    Exclusive,
+    /// The read side of a read-write lock: with other readers, never with
+    /// a writer. Its writes are logged, not fenced.
+    Read,
+    /// A semaphore permit: with up to N − 1 other permit holders. Its
+    /// writes are logged, not fenced.
+    Permit,
+}
+
+impl Role {
+    /// Its one-letter code on a worker line.
+    pub fn code(self) -> &'static str {
+        match self {
+            Role::Exclusive => "x",
+            Role::Read => "r",
+            Role::Permit => "p",
+        }
+    }
+
+    /// Parses a code printed by [`Role::code`].
+    pub fn from_code(code: &str) -> Option<Role> {
+        Some(match code {
+            "x" => Role::Exclusive,
+            "r" => Role::Read,
+            "p" => Role::Permit,
+            _ => return None,
+        })
+    }
+}
+
 /// One critical section as its holder saw it, printed when the holder stops
 /// (before it sends the release, so that a crash right after loses nothing).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -59,8 +94,11 @@ pub struct SectionLine {
     pub task: u32,
     /// Critical-section number within the task, from 1.
     pub seq: u64,
-    /// Index of the lock name (`k<index>`).
+    /// Index of the lock name (`k<index>`). A multi-key section prints one
+    /// line per key, each with that key's token.
     pub key: u32,
+    /// What the holder may share the lock with.
+    pub role: Role,
     /// The fencing token.
     pub token: u64,
     /// When `acquire()` was called.
@@ -211,10 +249,11 @@ impl fmt::Display for WorkerLine {
             WorkerLine::Hello { client } => write!(f, "I {client}"),
             WorkerLine::Section(s) => write!(
                 f,
-                "C {} {} {} {} {} {} {} {} {} {} {}",
+                "C {} {} {} {} {} {} {} {} {} {} {} {}",
                 s.task,
                 s.seq,
                 s.key,
+                s.role.code(),
                 s.token,
                 s.start,
                 s.acquired,
@@ -293,6 +332,7 @@ impl WorkerLine {
                 task: f.next()?,
                 seq: f.next()?,
                 key: f.next()?,
+                role: Role::from_code(f.word()?)?,
                 token: f.next()?,
                 start: f.next()?,
                 acquired: f.next()?,
@@ -349,8 +389,10 @@ impl WorkerLine {
     }
 }
 
-/// A write to the fenced resource: `W <worker> <task> <seq> <key> <token>
-/// <B|E> <acquired>`; the answer is `OK` or `NO <highest token>`.
+/// A write to the fenced resource: `W <worker> <task> <seq> <key> <role>
+/// <token> <B|E> <acquired>`; the answer is `OK` or `NO <highest token>`.
+/// Only writes of exclusive holders are fenced; the others are logged and
+/// always accepted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct WriteRequest {
     /// Worker id.
@@ -361,6 +403,8 @@ pub struct WriteRequest {
     pub seq: u64,
     /// Key index.
     pub key: u32,
+    /// What the writer may share its lock with.
+    pub role: Role,
     /// The writer's fencing token.
     pub token: u64,
     /// `true` for the begin marker, `false` for the end marker.
@@ -373,11 +417,12 @@ impl fmt::Display for WriteRequest {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "W {} {} {} {} {} {} {}",
+            "W {} {} {} {} {} {} {} {}",
             self.worker,
             self.task,
             self.seq,
             self.key,
+            self.role.code(),
             self.token,
             if self.begin { "B" } else { "E" },
             self.acquired
@@ -395,6 +440,7 @@ impl WriteRequest {
             task: f.next()?,
             seq: f.next()?,
             key: f.next()?,
+            role: Role::from_code(f.word()?)?,
             token: f.next()?,
             begin: match f.word()? {
                 "B" => true,

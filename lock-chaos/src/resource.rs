@@ -11,7 +11,7 @@ use tokio::net::{TcpListener, TcpStream};
 
 use crate::checker::{Holder, Write};
 use crate::clock;
-use crate::record::WriteRequest;
+use crate::record::{Role, WriteRequest};
 
 #[derive(Debug, Default)]
 struct State {
@@ -60,17 +60,22 @@ impl Resource {
 }
 
 /// Applies one write: accepted when its token is not below the highest seen
-/// for the key. Returns the answer line.
+/// for the key. Writes of holders that share their lock (readers, permit
+/// holders) are not fenced: always accepted, without moving the highest
+/// token. Returns the answer line.
 fn apply(state: &Mutex<State>, request: &WriteRequest) -> String {
     let mut state = state.lock().unwrap_or_else(|e| e.into_inner());
     let at = clock::now_us();
-    let highest = state.highest.entry(request.key).or_insert(0);
-    let accepted = request.token >= *highest;
-    let answer = if accepted {
-        *highest = request.token;
-        "OK\n".to_owned()
+    let (accepted, answer) = if request.role == Role::Exclusive {
+        let highest = state.highest.entry(request.key).or_insert(0);
+        if request.token >= *highest {
+            *highest = request.token;
+            (true, "OK\n".to_owned())
+        } else {
+            (false, format!("NO {highest}\n"))
+        }
     } else {
-        format!("NO {highest}\n")
+        (true, "OK\n".to_owned())
     };
     state.log.push(Write {
         at,
@@ -80,6 +85,7 @@ fn apply(state: &Mutex<State>, request: &WriteRequest) -> String {
             seq: request.seq,
         },
         key: request.key,
+        role: request.role,
         token: request.token,
         begin: request.begin,
         accepted,
@@ -153,6 +159,7 @@ mod tests {
             task,
             seq: 1,
             key: 0,
+            role: Role::Exclusive,
             token,
             begin: true,
             acquired: 0,

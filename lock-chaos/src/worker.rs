@@ -1,6 +1,8 @@
 //! Worker mode: one client process with several tasks that take locks over
 //! and over, write to the fenced resource inside each critical section, and
 //! report every critical section on stdout (see [`record`](crate::record)).
+//! The kind of lock ([`LockKind`]) is the same for every task of a run; a
+//! multi-key section writes and reports once per key, with that key's token.
 //!
 //! The runtime is single-threaded on purpose: a stall fault
 //! (`std::thread::sleep` inside a critical section) then freezes the whole
@@ -19,8 +21,9 @@ use tokio::io::AsyncBufReadExt;
 use tokio::time::Instant;
 
 use crate::clock::{self, now_us};
+use crate::options::{LockKind, PERMITS};
 use crate::record::{
-    Call, FailKind, LossKind, ReleaseOutcome, SectionLine, WorkerLine, WriteRequest,
+    Call, FailKind, LossKind, ReleaseOutcome, Role, SectionLine, WorkerLine, WriteRequest,
 };
 use crate::resource::Writer;
 use crate::rng::Rng;
@@ -57,6 +60,8 @@ pub struct WorkerConfig {
     pub strict_quarantine: bool,
     /// Seed of this worker's choices.
     pub seed: u64,
+    /// The kind of lock the tasks take.
+    pub kind: LockKind,
 }
 
 impl WorkerConfig {
@@ -75,6 +80,7 @@ impl WorkerConfig {
             self.restart_quarantine.as_millis().to_string(),
             self.strict_quarantine.to_string(),
             self.seed.to_string(),
+            self.kind.name().to_owned(),
         ]
     }
 
@@ -92,6 +98,7 @@ impl WorkerConfig {
             quarantine,
             strict,
             seed,
+            kind,
         ] = args
         else {
             return None;
@@ -109,6 +116,7 @@ impl WorkerConfig {
             restart_quarantine: ms(quarantine)?,
             strict_quarantine: strict.parse().ok()?,
             seed: seed.parse().ok()?,
+            kind: LockKind::from_name(kind)?,
         })
     }
 }
@@ -264,9 +272,25 @@ async fn task_loop(
     let acquire_limit = config.wait + config.command_timeout + HANG_SLACK;
     let release_limit = config.command_timeout + HANG_SLACK;
     while !shared.stop.load(Ordering::SeqCst) {
-        let key = rng.below(u64::from(config.keys)) as u32;
+        let keys = u64::from(config.keys);
+        let key = rng.below(keys) as u32;
+        let name = format!("k{key}");
+        let (request, role) = match config.kind {
+            LockKind::Exclusive => (client.lock(name), Role::Exclusive),
+            LockKind::Fair => (client.fair_lock(name), Role::Exclusive),
+            LockKind::Semaphore => (client.semaphore(name, PERMITS), Role::Permit),
+            LockKind::ReadWrite if rng.below(4) == 0 => (client.write_lock(name), Role::Exclusive),
+            LockKind::ReadWrite => (client.read_lock(name), Role::Read),
+            LockKind::Multi => {
+                let other = (u64::from(key) + 1 + rng.below(keys - 1)) % keys;
+                (
+                    client.lock_all([name, format!("k{other}")]),
+                    Role::Exclusive,
+                )
+            }
+        };
         let start = now_us();
-        let acquiring = client.lock(format!("k{key}")).acquire();
+        let acquiring = request.acquire();
         let guard = match bounded(&shared, acquire_limit, acquiring).await {
             Some(Ok(guard)) => guard,
             Some(Err(err)) => {
@@ -293,13 +317,23 @@ async fn task_loop(
         };
         seq += 1;
         let acquired = now_us();
+        // Every key the guard holds with its own token (one but for multi).
+        let parts: Vec<(u32, u64)> = guard
+            .fences()
+            .iter()
+            .map(|lock| {
+                let index = lock.key.strip_prefix('k').and_then(|k| k.parse().ok());
+                (index.unwrap_or(key), lock.fence)
+            })
+            .collect();
         let mut section = Section {
             config: &config,
             guard: &guard,
             writer: &mut writer,
             task,
             seq,
-            key,
+            parts: &parts,
+            role,
             acquired,
             told: None,
         };
@@ -308,19 +342,24 @@ async fn task_loop(
             Some((at, valid)) => (Some(at), Some(loss_kind(&guard)), Some(valid)),
             None => (None, None, None),
         };
-        emit(WorkerLine::Section(SectionLine {
-            task,
-            seq,
-            key,
-            token: guard.fence(),
-            start,
-            acquired,
-            release: now_us(),
-            told,
-            reason,
-            valid_at_told,
-            valid_end: clock::instant_us(guard.valid_until()),
-        }));
+        let release = now_us();
+        let valid_end = clock::instant_us(guard.valid_until());
+        for &(key, token) in &parts {
+            emit(WorkerLine::Section(SectionLine {
+                task,
+                seq,
+                key,
+                role,
+                token,
+                start,
+                acquired,
+                release,
+                told,
+                reason,
+                valid_at_told,
+                valid_end,
+            }));
+        }
         let outcome = match bounded(&shared, release_limit, guard.release()).await {
             Some(Ok(())) => ReleaseOutcome::Ok,
             Some(Err(err)) if err.is_lost() => ReleaseOutcome::Lost,
@@ -348,7 +387,9 @@ struct Section<'a> {
     writer: &'a mut Writer,
     task: u32,
     seq: u64,
-    key: u32,
+    /// Every key held, with its token.
+    parts: &'a [(u32, u64)],
+    role: Role,
     acquired: i64,
     /// When `lost()` was noticed, and `valid_until()` then.
     told: Option<(i64, i64)>,
@@ -369,18 +410,21 @@ impl Section<'_> {
             self.notice();
             return;
         }
-        let request = WriteRequest {
-            worker: self.config.id,
-            task: self.task,
-            seq: self.seq,
-            key: self.key,
-            token: self.guard.fence(),
-            begin,
-            acquired: self.acquired,
-        };
-        for _ in 0..3 {
-            if self.writer.write(&request).await.is_ok() {
-                return;
+        for &(key, token) in self.parts {
+            let request = WriteRequest {
+                worker: self.config.id,
+                task: self.task,
+                seq: self.seq,
+                key,
+                role: self.role,
+                token,
+                begin,
+                acquired: self.acquired,
+            };
+            for _ in 0..3 {
+                if self.writer.write(&request).await.is_ok() {
+                    break;
+                }
             }
         }
     }
@@ -414,8 +458,8 @@ impl Section<'_> {
         if shared.park.swap(false, Ordering::SeqCst) {
             emit(WorkerLine::Parked {
                 task: self.task,
-                key: self.key,
-                token: self.guard.fence(),
+                key: self.parts[0].0,
+                token: self.parts[0].1,
             });
             // Held (and renewed) until the orchestrator kills this process,
             // which it does within a lease; a few seconds at most, in case

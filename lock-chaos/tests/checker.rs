@@ -3,8 +3,8 @@
 use lock_chaos::checker::{
     CrashCheck, Fault, FaultKind, History, Holder, Section, Stall, Write, analyze, claim_end,
 };
-use lock_chaos::options::{Options, Parsed, parse, parse_duration};
-use lock_chaos::record::{LossKind, SectionLine, WorkerLine, WriteRequest};
+use lock_chaos::options::{LockKind, Options, Parsed, parse, parse_duration};
+use lock_chaos::record::{LossKind, Role, SectionLine, WorkerLine, WriteRequest};
 use std::time::Duration;
 
 const LEASE: i64 = 1_000_000;
@@ -22,6 +22,7 @@ fn section(worker: u32, token: u64, acquired: i64, end: i64) -> Section {
     Section {
         holder: holder(worker, token),
         key: 0,
+        role: Role::Exclusive,
         token,
         start: Some(acquired - 10),
         acquired,
@@ -162,6 +163,7 @@ fn write(worker: u32, token: u64, at: i64, accepted: bool) -> Write {
         at,
         holder: holder(worker, token),
         key: 0,
+        role: Role::Exclusive,
         token,
         begin: true,
         accepted,
@@ -234,6 +236,7 @@ fn worker_lines_round_trip() {
             task: 2,
             seq: 17,
             key: 1,
+            role: Role::Read,
             token: 1_795_399_748_017_640,
             start: 100,
             acquired: 150,
@@ -247,6 +250,7 @@ fn worker_lines_round_trip() {
             task: 0,
             seq: 1,
             key: 0,
+            role: Role::Exclusive,
             token: 3,
             start: -5,
             acquired: 1,
@@ -274,6 +278,7 @@ fn worker_lines_round_trip() {
         task: 1,
         seq: 4,
         key: 2,
+        role: Role::Permit,
         token: 99,
         begin: false,
         acquired: 12,
@@ -296,7 +301,8 @@ fn options_parse_and_reproduce() {
         panic!("parse failed");
     };
     assert!(options.ci);
-    assert_eq!(options.duration, Duration::from_secs(60));
+    assert_eq!(options.duration, Duration::from_secs(12));
+    assert_eq!(options.kinds, LockKind::ALL);
     assert_eq!(
         options.faults,
         [FaultKind::RedisRestart, FaultKind::ProxyCut]
@@ -319,4 +325,212 @@ fn options_parse_and_reproduce() {
     assert_eq!(Options::default().quarantine(), Options::default().lease);
     assert!(parse(&["--faults".into(), "nope".into()]).is_err());
     assert!(parse(&["--clients".into(), "0".into()]).is_err());
+
+    let args: Vec<String> = ["--kind", "multi,fair", "--duration", "50s"]
+        .map(String::from)
+        .to_vec();
+    let Ok(Parsed::Run(options)) = parse(&args) else {
+        panic!("parse failed");
+    };
+    assert_eq!(options.kinds, [LockKind::Multi, LockKind::Fair]);
+    assert_eq!(
+        options.command(),
+        "cargo run --release -p lock-chaos -- --kind multi,fair --duration 50s"
+    );
+    let args: Vec<String> = ["--kind", "all"].map(String::from).to_vec();
+    let Ok(Parsed::Run(options)) = parse(&args) else {
+        panic!("parse failed");
+    };
+    assert_eq!(options.kinds, LockKind::ALL);
+    assert_eq!(
+        options.command(),
+        "cargo run --release -p lock-chaos -- --kind all"
+    );
+    assert_eq!(Options::default().kinds, [LockKind::Exclusive]);
+    assert!(parse(&["--kind".into(), "nope".into()]).is_err());
+    let multi_one_key: Vec<String> = ["--kind", "multi", "--keys", "1"]
+        .map(String::from)
+        .to_vec();
+    assert!(parse(&multi_one_key).is_err());
+}
+
+// Per-kind rules.
+
+/// A section on `key` with `role` from `acquired` to `end` (µs).
+fn part(
+    worker: u32,
+    seq: u64,
+    key: u32,
+    role: Role,
+    token: u64,
+    acquired: i64,
+    end: i64,
+) -> Section {
+    Section {
+        holder: holder(worker, seq),
+        key,
+        role,
+        token,
+        ..section(worker, token, acquired, end)
+    }
+}
+
+#[test]
+fn multi_key_sections_are_judged_per_key() {
+    // w1 holds k0 and k1; w2 takes k1 and k2 while w1 still holds: k1 overlaps.
+    let flagged = analyze(&history(vec![
+        part(1, 1, 0, Role::Exclusive, 10, 0, 1_000),
+        part(1, 1, 1, Role::Exclusive, 20, 0, 1_000),
+        part(2, 1, 1, Role::Exclusive, 21, 500, 1_500),
+        part(2, 1, 2, Role::Exclusive, 30, 500, 1_500),
+    ]));
+    assert_eq!(figures_keys(&flagged), [1]);
+    assert_eq!(flagged.acquisitions, 2);
+    assert!(!flagged.is_safe());
+
+    // w2 takes k2 and k3 at the same time: no key in common.
+    let fine = analyze(&history(vec![
+        part(1, 1, 0, Role::Exclusive, 10, 0, 1_000),
+        part(1, 1, 1, Role::Exclusive, 20, 0, 1_000),
+        part(2, 1, 2, Role::Exclusive, 30, 500, 1_500),
+        part(2, 1, 3, Role::Exclusive, 40, 500, 1_500),
+    ]));
+    assert!(fine.is_safe(), "{:?}", fine.unwarned_overlaps);
+
+    // Fencing per key: w2's write to k1 with its k1 token after w1's k1 write is fine,
+    // but w1 writing k1 again after w2's larger k1 token was accepted is stale.
+    let mut h = history(vec![
+        part(1, 1, 0, Role::Exclusive, 10, 0, 1_000),
+        part(1, 1, 1, Role::Exclusive, 20, 0, 1_000),
+        part(2, 1, 1, Role::Exclusive, 21, 1_000, 1_500),
+    ]);
+    let w = |worker, key, token, at| Write {
+        holder: holder(worker, 1),
+        key,
+        ..write(worker, token, at, true)
+    };
+    h.writes = vec![w(1, 0, 10, 10), w(1, 1, 20, 11), w(2, 1, 21, 1_100)];
+    assert!(analyze(&h).is_safe());
+    h.writes.push(w(1, 1, 20, 1_200));
+    assert_eq!(analyze(&h).stale_accepted.len(), 1);
+}
+
+fn figures_keys(figures: &lock_chaos::checker::Figures) -> Vec<u32> {
+    figures.unwarned_overlaps.iter().map(|o| o.key).collect()
+}
+
+#[test]
+fn semaphores_allow_up_to_n_holders_at_once() {
+    let permit =
+        |worker, token, acquired, end| part(worker, 1, 0, Role::Permit, token, acquired, end);
+    let mut two = history(vec![permit(1, 1, 0, 1_000), permit(2, 2, 100, 1_100)]);
+    two.permits = 2;
+    let figures = analyze(&two);
+    assert!(figures.is_safe(), "{:?}", figures.unwarned_overlaps);
+
+    // A third holder while both are in: one violation, naming 3 holders.
+    let mut three = two.clone();
+    three.sections.push(permit(3, 3, 200, 300));
+    // A fourth after the third left and the first released: fine again.
+    three.sections.push(permit(4, 4, 1_050, 1_200));
+    let figures = analyze(&three);
+    assert_eq!(figures.unwarned_overlaps.len(), 1);
+    let overlap = &figures.unwarned_overlaps[0];
+    assert_eq!(overlap.holders, 3);
+    assert_eq!(overlap.second, holder(3, 1));
+    assert_eq!(overlap.overlap_us, 100);
+
+    // With one permit it is a plain lock again.
+    let mut one = two.clone();
+    one.permits = 1;
+    assert_eq!(analyze(&one).unwarned_overlaps.len(), 1);
+
+    // Tokens out of acquisition order mean nothing for concurrent permit holders.
+    let mut swapped = history(vec![permit(1, 9, 0, 1_000), permit(2, 8, 100, 1_100)]);
+    swapped.permits = 2;
+    assert!(analyze(&swapped).token_regressions.is_empty());
+}
+
+#[test]
+fn permit_holders_told_of_loss_do_not_count() {
+    let permit =
+        |worker, token, acquired, end| part(worker, 1, 0, Role::Permit, token, acquired, end);
+    let mut told = permit(1, 1, 0, 1_000);
+    told.told = Some(150);
+    told.reason = Some(LossKind::NotHeld);
+    told.valid_at_told = Some(900);
+    let mut h = history(vec![told, permit(2, 2, 100, 1_100), permit(3, 3, 200, 300)]);
+    h.permits = 2;
+    assert!(analyze(&h).is_safe());
+}
+
+#[test]
+fn readers_share_and_writers_do_not() {
+    let read = |worker, token, acquired, end| part(worker, 1, 0, Role::Read, token, acquired, end);
+    let write_ =
+        |worker, token, acquired, end| part(worker, 1, 0, Role::Exclusive, token, acquired, end);
+    // Three readers at once, then a writer after they left: fine, and the
+    // readers' tokens out of acquisition order do not count.
+    let fine = analyze(&history(vec![
+        read(1, 3, 0, 1_000),
+        read(2, 2, 100, 900),
+        read(3, 4, 200, 800),
+        write_(4, 5, 1_000, 1_500),
+    ]));
+    assert!(fine.is_safe(), "{:?}", fine.unwarned_overlaps);
+
+    // A writer while a reader holds: flagged; so is a reader while a writer holds.
+    let writer_in = analyze(&history(vec![
+        read(1, 1, 0, 1_000),
+        write_(2, 2, 500, 1_500),
+    ]));
+    assert_eq!(writer_in.unwarned_overlaps.len(), 1);
+    let reader_in = analyze(&history(vec![
+        write_(1, 1, 0, 1_000),
+        read(2, 2, 500, 1_500),
+    ]));
+    assert_eq!(reader_in.unwarned_overlaps.len(), 1);
+
+    // A writer whose token is not above an earlier reader's is a regression.
+    let low = analyze(&history(vec![read(1, 5, 0, 100), write_(2, 4, 200, 300)]));
+    assert_eq!(low.token_regressions.len(), 1);
+
+    // Readers' markers are not fenced: a reader's write with a low token is no stale write.
+    let mut h = history(vec![read(1, 1, 0, 1_000), read(2, 2, 100, 1_000)]);
+    let w = |worker, token, at| Write {
+        holder: holder(worker, 1),
+        role: Role::Read,
+        ..write(worker, token, at, true)
+    };
+    h.writes = vec![w(2, 2, 150), w(1, 1, 200)];
+    assert!(analyze(&h).is_safe());
+    assert_eq!(analyze(&h).writes_accepted, 0);
+}
+
+#[test]
+fn fair_grants_out_of_arrival_order_are_counted_for_information() {
+    // w1 calls acquire at 0 and waits until 1_000 000; w2 arrives at 50 ms and
+    // gets it at 500 ms: out of order, but no safety figure.
+    let arrival = |worker, token, start: i64, acquired, end| Section {
+        start: Some(start),
+        ..part(worker, 1, 0, Role::Exclusive, token, acquired, end)
+    };
+    let figures = analyze(&history(vec![
+        arrival(1, 2, 0, 1_000_000, 1_100_000),
+        arrival(2, 1, 50_000, 500_000, 600_000),
+        // w3 arrives 5 ms after w2: too close to call.
+        arrival(3, 3, 55_000, 1_200_000, 1_300_000),
+    ]));
+    assert_eq!(figures.out_of_order, 1);
+    // w1–w2, w1–w3 (arrived while w1 waited), but not w2–w3 (5 ms apart).
+    assert_eq!(figures.waiting_pairs, 2);
+    assert!(figures.is_safe());
+
+    let in_order = analyze(&history(vec![
+        arrival(1, 1, 0, 500_000, 600_000),
+        arrival(2, 2, 50_000, 600_000, 700_000),
+    ]));
+    assert_eq!(in_order.out_of_order, 0);
+    assert_eq!(in_order.waiting_pairs, 1);
+    assert!(in_order.is_safe());
 }
