@@ -627,11 +627,7 @@ mod tests {
     fn error(args: TokenStream) -> String {
         match Options::parse(args) {
             Ok(_) => panic!("should be rejected"),
-            Err(err) => err
-                .into_iter()
-                .map(|e| e.to_string())
-                .collect::<Vec<_>>()
-                .join("\n"),
+            Err(err) => crate::messages(err),
         }
     }
 

@@ -245,11 +245,7 @@ mod tests {
     fn error(text: &str) -> String {
         match parse(&lit(text)) {
             Ok(_) => panic!("{text:?} should be rejected"),
-            Err(err) => err
-                .into_iter()
-                .map(|e| e.to_string())
-                .collect::<Vec<_>>()
-                .join("\n"),
+            Err(err) => crate::messages(err),
         }
     }
 

@@ -455,3 +455,12 @@ fn lock(
     let errors = errors.finish().err().map(syn::Error::into_compile_error);
     quote!(#item #errors)
 }
+
+/// Every message of a (combined) error, one per line, for the unit tests.
+#[cfg(test)]
+fn messages(err: syn::Error) -> String {
+    err.into_iter()
+        .map(|e| e.to_string())
+        .collect::<Vec<_>>()
+        .join("\n")
+}

@@ -214,11 +214,7 @@ mod tests {
         let function = function(tokens);
         match check(&function, &[key(template)]) {
             Ok(_) => panic!("should be rejected"),
-            Err(err) => err
-                .into_iter()
-                .map(|e| e.to_string())
-                .collect::<Vec<_>>()
-                .join("\n"),
+            Err(err) => crate::messages(err),
         }
     }
 
