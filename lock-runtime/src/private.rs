@@ -7,34 +7,12 @@ pub use crate::client::LockClient;
 pub use crate::error::LockError;
 pub use crate::guard::LockGuard;
 pub use crate::install::installed;
+pub use crate::request::Kind;
+use crate::request::LockRequest;
 
 /// The client an attribute without `client = ...` uses.
 pub fn default_client() -> Result<LockClient, LockError> {
     installed()
-}
-
-/// Which kind of lock an attribute asked for.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Kind {
-    /// `key` or `keys`, exclusive (the default, and `mode = "write"`).
-    Exclusive,
-    /// `permits = N`: one of N permits of a semaphore.
-    Permits(u32),
-    /// `mode = "read"`: the read side of a read-write lock.
-    Read,
-    /// `fair = true`: exclusive, in arrival order.
-    Fair,
-}
-
-/// Takes the lock `key`, with the attribute's lease and wait where given
-/// and the client's defaults elsewhere.
-pub async fn acquire(
-    client: &LockClient,
-    key: String,
-    lease: Option<Duration>,
-    wait: Option<Duration>,
-) -> Result<LockGuard, LockError> {
-    acquire_kind(client, Kind::Exclusive, vec![key], lease, wait).await
 }
 
 /// Takes a lock of `kind` over `keys` (several only for `Exclusive`), with
@@ -47,26 +25,12 @@ pub async fn acquire_kind(
     lease: Option<Duration>,
     wait: Option<Duration>,
 ) -> Result<LockGuard, LockError> {
-    let mut request = match (kind, keys.len()) {
-        (Kind::Exclusive, _) => client.lock_all(keys),
-        (Kind::Permits(permits), 1) => {
-            let key = keys.into_iter().next().unwrap_or_default();
-            client.semaphore(key, permits)
-        }
-        (Kind::Read, 1) => {
-            let key = keys.into_iter().next().unwrap_or_default();
-            client.read_lock(key)
-        }
-        (Kind::Fair, 1) => {
-            let key = keys.into_iter().next().unwrap_or_default();
-            client.fair_lock(key)
-        }
-        (Kind::Permits(_) | Kind::Read | Kind::Fair, _) => {
-            return Err(LockError::Config(
-                "a semaphore, a read lock or a fair lock is named by exactly one key".into(),
-            ));
-        }
-    };
+    if kind != Kind::Exclusive && keys.len() != 1 {
+        return Err(LockError::Config(
+            "a semaphore, a read lock or a fair lock is named by exactly one key".into(),
+        ));
+    }
+    let mut request = LockRequest::new(client.clone(), kind, keys);
     if let Some(lease) = lease {
         request = request.lease(lease);
     }

@@ -65,16 +65,18 @@ fn stored_place(kind: Kind, lock: &LockKeys) -> Stored {
     }
 }
 
-/// What kind of lock a request takes.
+/// What kind of lock a request takes (also what `#[distributed_lock]`
+/// names, through `__private`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Kind {
-    /// One holder at a time (of every named lock).
+pub enum Kind {
+    /// One holder at a time, of every named lock: `key`, `keys`, `mode = "write"`.
     Exclusive,
-    /// Up to this many holders at a time.
+    /// Up to this many holders at a time: `permits = N`.
     Permits(u32),
-    /// Any number of readers while no writer (exclusive holder) holds it.
+    /// Any number of readers while no writer (exclusive holder) holds it:
+    /// `mode = "read"`.
     Read,
-    /// Exclusive, taken in arrival order.
+    /// Exclusive, taken in arrival order: `fair = true`.
     Fair,
 }
 
