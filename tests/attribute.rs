@@ -12,6 +12,9 @@ use std::time::{Duration, Instant};
 
 use lock_runtime::{CurrentLock, LockClient, LockError, distributed_lock};
 use lock_testkit::{RedisServer, unique_key};
+mod support;
+
+use support::{connect, redis_key};
 use tokio::sync::Notify;
 
 /// Bound for anything that should happen "promptly": far above the
@@ -29,17 +32,6 @@ impl From<LockError> for AppError {
     fn from(err: LockError) -> Self {
         AppError::Lock(err)
     }
-}
-
-async fn connect(server: &RedisServer) -> LockClient {
-    LockClient::connect(&server.url())
-        .await
-        .unwrap_or_else(|err| panic!("connect: {err}\n{}", server.log()))
-}
-
-/// The Redis key of a lock whose name has no hash tag.
-fn redis_key(name: &str) -> String {
-    format!("lock:{{{name}}}")
 }
 
 /// Takes `name` through the runtime API with a short wait: proves the lock

@@ -13,23 +13,15 @@ use std::time::Duration;
 
 use lock_runtime::{LockClient, LockError, distributed_lock};
 use lock_testkit::{RedisServer, unique_key};
+mod support;
+
+use support::{connect, redis_key};
 use tokio::sync::{Barrier, oneshot};
 
 /// Bound for anything that should happen "promptly": far above the
 /// expected milliseconds, far below the 30 s waits used where a call must
 /// not simply time out.
 const PROMPTLY: Duration = Duration::from_secs(10);
-
-async fn connect(server: &RedisServer) -> LockClient {
-    LockClient::connect(&server.url())
-        .await
-        .unwrap_or_else(|err| panic!("connect: {err}\n{}", server.log()))
-}
-
-/// The Redis key of a lock whose name has no hash tag.
-fn redis_key(name: &str) -> String {
-    format!("lock:{{{name}}}")
-}
 
 /// Fails the test instead of hanging it.
 async fn promptly<F: Future>(what: &str, fut: F) -> F::Output {
