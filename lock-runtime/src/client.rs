@@ -5,16 +5,19 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
-use redis::{IntoConnectionInfo, ProtocolVersion};
+use redis::ProtocolVersion;
+use redis::aio::ConnectionManager;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
+use crate::backend::{self, Backend, Topology};
 use crate::config::{Config, LockClientBuilder};
+use crate::connection::{self, Conn, Following, OnSwitch, Sentinels};
+use crate::deployment::Deployment;
 use crate::error::LockError;
 use crate::request::{Kind, LockRequest};
-use crate::scripts::{Quarantine, Scripts};
-use crate::wakeups::Wakeups;
+use crate::scripts::{Node, Quarantine};
+use crate::wakeups::{Subscriber, Wakeups};
 use crate::watchdog::{self, Registry};
 
 /// A handle to a Redis server for taking locks. Cheap to clone: clones share
@@ -45,7 +48,7 @@ pub struct LockClient {
 pub(crate) struct Inner {
     pub(crate) id: Uuid,
     pub(crate) config: Config,
-    pub(crate) scripts: Scripts,
+    pub(crate) backend: Backend,
     pub(crate) wakeups: Wakeups,
     pub(crate) registry: Arc<Registry>,
     next_scope: AtomicU64,
@@ -70,28 +73,8 @@ impl fmt::Debug for LockClient {
     }
 }
 
-/// A redis-rs client for `info`, trusting the configured TLS roots if any.
-fn redis_client(info: redis::ConnectionInfo, config: &Config) -> Result<redis::Client, LockError> {
-    let client = match &config.tls_roots {
-        #[cfg(feature = "tls")]
-        Some(roots) => redis::Client::build_with_tls(
-            info,
-            redis::TlsCertificates {
-                client_tls: None,
-                root_cert: Some(roots.clone()),
-            },
-        ),
-        _ => redis::Client::open(info),
-    };
-    client.map_err(|err| LockError::from_redis(None, err))
-}
-
-/// The server's run id, which changes whenever it restarts, and its uptime.
-async fn server_run(conn: &ConnectionManager) -> redis::RedisResult<(String, Duration)> {
-    let info: String = redis::cmd("INFO")
-        .arg("server")
-        .query_async(&mut conn.clone())
-        .await?;
+/// The run id and uptime in one `INFO server` text.
+fn server_run(info: &str) -> (String, Duration) {
     let field = |name: &str| {
         info.lines()
             .find_map(|line| line.strip_prefix(name))
@@ -100,71 +83,235 @@ async fn server_run(conn: &ConnectionManager) -> redis::RedisResult<(String, Dur
             .to_owned()
     };
     let uptime = field("uptime_in_seconds:").parse().unwrap_or(u64::MAX);
-    Ok((field("run_id:"), Duration::from_secs(uptime)))
+    (field("run_id:"), Duration::from_secs(uptime))
+}
+
+/// The connections of one store before its quarantine is known.
+struct Connected {
+    conn: Conn,
+    replicated: Conn,
+    address: String,
+}
+
+/// Opens the command connections to one server and its subscriber.
+async fn connect_server(
+    url: &str,
+    config: &Config,
+    push: impl redis::aio::AsyncPushSender + Clone,
+) -> Result<(Connected, Subscriber), LockError> {
+    let info = connection::connection_info(url)?;
+    let address = info.addr().to_string();
+    let client = connection::redis_client(info.clone(), config)?;
+    let subscriber_client = connection::redis_client(connection::resp3(info), config)?;
+    let settings = connection::manager_config(config);
+    let opened = async {
+        let conn = ConnectionManager::new_with_config(client.clone(), settings.clone()).await?;
+        let replicated = ConnectionManager::new_with_config(client, settings.clone()).await?;
+        let subscriber =
+            ConnectionManager::new_with_config(subscriber_client, settings.set_push_sender(push))
+                .await?;
+        Ok::<_, redis::RedisError>((conn, replicated, subscriber))
+    };
+    let (conn, replicated, subscriber) = opened
+        .await
+        .map_err(|err| LockError::from_redis(None, err))?;
+    Ok((
+        Connected {
+            conn: Conn::Manager(conn),
+            replicated: Conn::Manager(replicated),
+            address,
+        },
+        Subscriber::Manager(subscriber),
+    ))
+}
+
+/// Connects to every store of `deployment`: the command connections, the
+/// subscribers, and how many stores a subscription needs.
+async fn connect_deployment(
+    deployment: &Deployment,
+    config: &Config,
+    wakeups: &Wakeups,
+    registry: &Arc<Registry>,
+) -> Result<(Vec<Connected>, Vec<Subscriber>, usize), LockError> {
+    let from_redis = |err| LockError::from_redis(None, err);
+    match deployment {
+        Deployment::Server(url) => {
+            let (node, subscriber) =
+                connect_server(url, config, wakeups.push_handler(0, registry.clone())).await?;
+            Ok((vec![node], vec![subscriber], 1))
+        }
+        Deployment::Redlock(urls) => {
+            let connecting = urls.iter().enumerate().map(|(i, url)| {
+                connect_server(url, config, wakeups.push_handler(i, registry.clone()))
+            });
+            // Every master must be reachable at start: a client that starts
+            // with a master missing could not tell a typo from an outage.
+            let (nodes, subscribers) = futures_util::future::try_join_all(connecting)
+                .await?
+                .into_iter()
+                .unzip();
+            Ok((nodes, subscribers, backend::needed(urls.len(), 1)))
+        }
+        Deployment::Cluster(urls) => {
+            let commands = connection::cluster_builder(urls, config, false)?
+                .build()
+                .map_err(from_redis)?;
+            let subscriber = connection::cluster_builder(urls, config, true)?
+                .push_sender(wakeups.push_handler(0, registry.clone()))
+                .build()
+                .map_err(from_redis)?;
+            let opened = async {
+                let conn = commands.get_async_connection().await?;
+                let replicated = commands.get_async_connection().await?;
+                let subscriber = subscriber.get_async_connection().await?;
+                Ok::<_, redis::RedisError>((conn, replicated, subscriber))
+            };
+            let (conn, replicated, subscriber) = opened.await.map_err(from_redis)?;
+            let node = Connected {
+                conn: Conn::Cluster(conn),
+                replicated: Conn::Cluster(replicated),
+                address: urls.join(","),
+            };
+            Ok((vec![node], vec![Subscriber::Cluster(subscriber)], 1))
+        }
+        Deployment::Sentinel { sentinels, service } => {
+            let commands = Arc::new(Sentinels::new(sentinels, service, ProtocolVersion::RESP2)?);
+            let pushes = Arc::new(Sentinels::new(sentinels, service, ProtocolVersion::RESP3)?);
+            let settings = connection::manager_config(config);
+            // When commands move to a new master, the locks held on the old
+            // one are checked there at once, and the subscriber follows.
+            let on_switch: OnSwitch = {
+                let registry = registry.clone();
+                let resubscribe = wakeups.resubscriber(0);
+                Arc::new(move || {
+                    registry.check_now();
+                    resubscribe();
+                })
+            };
+            let quiet: OnSwitch = Arc::new(|| {});
+            let opened = async {
+                let conn =
+                    Following::connect(commands.clone(), settings.clone(), on_switch).await?;
+                let replicated =
+                    Following::connect(commands, settings.clone(), quiet.clone()).await?;
+                let subscriber = Following::connect(
+                    pushes,
+                    settings.set_push_sender(wakeups.push_handler(0, registry.clone())),
+                    quiet,
+                )
+                .await?;
+                Ok::<_, redis::RedisError>((conn, replicated, subscriber))
+            };
+            let (conn, replicated, subscriber) = opened.await.map_err(from_redis)?;
+            let node = Connected {
+                address: format!("{service} via {}", sentinels.join(",")),
+                conn: Conn::Following(conn),
+                replicated: Conn::Following(replicated),
+            };
+            Ok((vec![node], vec![Subscriber::Following(subscriber)], 1))
+        }
+    }
+}
+
+/// Builds a store from its connections, reading the run ids the restart
+/// quarantine compares against.
+async fn node(connected: Connected, config: &Config, sharded: bool) -> Result<Node, LockError> {
+    let quarantine = Quarantine {
+        seen: "".into(),
+        length: config.restart_quarantine,
+        strict: config.strict_restart_quarantine,
+    };
+    let probe = Node::new(
+        (connected.conn.clone(), connected.replicated.clone()),
+        config.command_timeout,
+        quarantine.clone(),
+        sharded,
+    );
+    let runs: Vec<(String, Duration)> = probe
+        .info_server()
+        .await?
+        .iter()
+        .map(|info| server_run(info))
+        .collect();
+    if let Some((_, uptime)) = runs.iter().min_by_key(|(_, uptime)| *uptime)
+        && *uptime < config.restart_quarantine
+        && !config.strict_restart_quarantine
+    {
+        tracing::info!(
+            ?uptime,
+            server = %connected.address,
+            "Redis started recently: if it restarted without its data, locks \
+             granted before may still be in use; strict_restart_quarantine \
+             would hold new locks back"
+        );
+    }
+    let seen = runs
+        .iter()
+        .map(|(run, _)| run.as_str())
+        .collect::<Vec<_>>()
+        .join(",");
+    Ok(Node::new(
+        (connected.conn, connected.replicated),
+        config.command_timeout,
+        Quarantine {
+            seen: seen.into(),
+            ..quarantine
+        },
+        sharded,
+    ))
 }
 
 impl LockClient {
-    /// Connects with default settings to a `redis://` or `rediss://` URL;
-    /// user name, password and database number come from the URL
-    /// (`redis://user:secret@host:6379/2`).
+    /// Connects with default settings to a `redis://` or `rediss://` URL
+    /// (user name, password and database number come from the URL:
+    /// `redis://user:secret@host:6379/2`), or to any other [`Deployment`].
     ///
     /// Must be called inside a Tokio runtime: the client starts its watchdog
     /// and subscriber tasks there.
-    pub async fn connect(url: &str) -> Result<LockClient, LockError> {
-        LockClient::builder(url).connect().await
+    pub async fn connect(deployment: impl Into<Deployment>) -> Result<LockClient, LockError> {
+        LockClient::builder(deployment).connect().await
     }
 
     /// A builder for settings other than the defaults.
-    pub fn builder(url: &str) -> LockClientBuilder {
-        LockClientBuilder::new(url)
+    pub fn builder(deployment: impl Into<Deployment>) -> LockClientBuilder {
+        LockClientBuilder::new(deployment.into())
     }
 
-    pub(crate) async fn open(url: String, config: Config) -> Result<LockClient, LockError> {
+    pub(crate) async fn open(
+        deployment: Deployment,
+        config: Config,
+    ) -> Result<LockClient, LockError> {
         #[cfg(feature = "tls")]
-        if url.starts_with("rediss://") {
+        if deployment
+            .urls()
+            .iter()
+            .any(|url| url.starts_with("rediss://"))
+        {
             // rustls needs one crypto provider per process; keep the user's if set.
             let _ = rustls::crypto::ring::default_provider().install_default();
         }
-        let info = url
-            .as_str()
-            .into_connection_info()
-            .map_err(|err| LockError::Config(format!("bad Redis URL `{url}`: {err}")))?;
-        let redis_settings = info.redis_settings().clone();
-        let subscriber_info = info
-            .clone()
-            .set_redis_settings(redis_settings.set_protocol(ProtocolVersion::RESP3));
-        let client = redis_client(info, &config)?;
-        let subscriber_client = redis_client(subscriber_info, &config)?;
-
-        let manager_config = ConnectionManagerConfig::new()
-            .set_connection_timeout(Some(config.connect_timeout))
-            .set_response_timeout(Some(config.command_timeout))
-            // Few quick retries per reconnection; every failed command
-            // starts a new reconnection, so this never gives up for good.
-            .set_number_of_retries(2)
-            .set_min_delay(Duration::from_millis(20))
-            .set_max_delay(Duration::from_millis(500));
-
         let shutdown = CancellationToken::new();
         let registry = Arc::new(Registry::default());
+        let (wakeups, pending) = Wakeups::new();
+        let sharded = matches!(deployment, Deployment::Cluster(_));
         let connecting = async {
-            let conn = ConnectionManager::new_with_config(client, manager_config.clone()).await?;
-            let wakeups = Wakeups::start(
-                subscriber_client,
-                manager_config.clone(),
-                registry.clone(),
-                shutdown.clone(),
+            let (connected, subscribers, needed) =
+                connect_deployment(&deployment, &config, &wakeups, &registry).await?;
+            let nodes = futures_util::future::try_join_all(
+                connected
+                    .into_iter()
+                    .map(|connected| node(connected, &config, sharded)),
             )
             .await?;
-            Ok::<_, redis::RedisError>((conn, wakeups))
+            Ok::<_, LockError>((nodes, subscribers, needed))
         };
-        // The manager retries; bound the whole attempt by the connect timeout.
+        // The managers retry; bound the whole attempt by the connect timeout.
         let limit = config.connect_timeout * 3;
-        let (conn, wakeups) = match tokio::time::timeout(limit, connecting).await {
+        let (mut nodes, subscribers, needed) = match tokio::time::timeout(limit, connecting).await {
             Ok(Ok(connected)) => connected,
             Ok(Err(err)) => {
                 shutdown.cancel();
-                return Err(LockError::from_redis(None, err));
+                return Err(err);
             }
             Err(_) => {
                 shutdown.cancel();
@@ -174,36 +321,16 @@ impl LockClient {
                 });
             }
         };
-
-        let seen = match tokio::time::timeout(config.command_timeout, server_run(&conn)).await {
-            Ok(Ok((seen, uptime))) => {
-                if uptime < config.restart_quarantine && !config.strict_restart_quarantine {
-                    tracing::info!(
-                        ?uptime,
-                        "Redis started recently: if it restarted without its data, locks \
-                         granted before may still be in use; strict_restart_quarantine \
-                         would hold new locks back"
-                    );
-                }
-                seen
-            }
-            Ok(Err(err)) => return Err(LockError::from_redis(None, err)),
-            Err(_) => {
-                return Err(LockError::CommandTimeout {
-                    key: None,
-                    after: config.command_timeout,
-                });
-            }
+        wakeups.start(pending, subscribers, needed, shutdown.clone());
+        let topology = match deployment {
+            Deployment::Redlock(_) => Topology::Quorum(nodes),
+            Deployment::Cluster(_) => Topology::Cluster(nodes.remove(0)),
+            _ => Topology::Single(nodes.remove(0)),
         };
-        let quarantine = Quarantine {
-            seen: seen.into(),
-            length: config.restart_quarantine,
-            strict: config.strict_restart_quarantine,
-        };
-        let scripts = Scripts::new(conn, config.command_timeout, quarantine);
+        let backend = Backend::new(topology);
         tokio::spawn(watchdog::run(
             registry.clone(),
-            scripts.clone(),
+            backend.clone(),
             shutdown.clone(),
         ));
         let id = Uuid::new_v4();
@@ -212,7 +339,7 @@ impl LockClient {
             inner: Arc::new(Inner {
                 id,
                 config,
-                scripts,
+                backend,
                 wakeups,
                 registry,
                 next_scope: AtomicU64::new(1),

@@ -3,7 +3,9 @@
 use std::time::Duration;
 
 use crate::client::LockClient;
+use crate::deployment::Deployment;
 use crate::error::LockError;
+use crate::scripts::Replicas;
 
 /// The shortest lease the library accepts. Renewal runs every lease/3, and a
 /// renewal must make a round trip and be confirmed well within that time.
@@ -22,6 +24,9 @@ pub(crate) struct Config {
     pub(crate) tls_roots: Option<Vec<u8>>,
     pub(crate) restart_quarantine: Duration,
     pub(crate) strict_restart_quarantine: bool,
+    /// Replicas that must confirm each acquisition and renewal (0: none).
+    pub(crate) min_replicas: u32,
+    pub(crate) replica_timeout: Duration,
 }
 
 impl Default for Config {
@@ -36,6 +41,8 @@ impl Default for Config {
             tls_roots: None,
             restart_quarantine: Duration::from_secs(30),
             strict_restart_quarantine: false,
+            min_replicas: 0,
+            replica_timeout: Duration::from_millis(500),
         }
     }
 }
@@ -47,6 +54,16 @@ impl Config {
     pub(crate) fn drift_for(&self, lease: Duration) -> Duration {
         self.drift
             .unwrap_or_else(|| lease / 100 + Duration::from_millis(2))
+    }
+
+    /// The replication a lock asks for: `count` replicas (the client's
+    /// `min_replicas` unless the request names its own).
+    pub(crate) fn replicas(&self, count: Option<u32>) -> Option<Replicas> {
+        let count = count.unwrap_or(self.min_replicas);
+        (count > 0).then_some(Replicas {
+            count,
+            timeout: self.replica_timeout,
+        })
     }
 
     /// Rejects a lease that cannot be renewed safely.
@@ -87,14 +104,14 @@ impl Config {
 #[derive(Debug, Clone)]
 #[must_use = "a builder does nothing until `connect` is awaited"]
 pub struct LockClientBuilder {
-    pub(crate) url: String,
+    pub(crate) deployment: Deployment,
     pub(crate) config: Config,
 }
 
 impl LockClientBuilder {
-    pub(crate) fn new(url: &str) -> Self {
+    pub(crate) fn new(deployment: Deployment) -> Self {
         LockClientBuilder {
-            url: url.to_owned(),
+            deployment,
             config: Config::default(),
         }
     }
@@ -159,6 +176,32 @@ impl LockClientBuilder {
         self
     }
 
+    /// Replicas that must confirm every acquisition and renewal before it
+    /// counts (default 0; a request may name its own with
+    /// [`LockRequest::min_replicas`](crate::LockRequest::min_replicas)).
+    ///
+    /// After granting a lock, the master is asked to `WAIT` until that many
+    /// replicas have it. If fewer confirm within the
+    /// [replica timeout](Self::replica_timeout), the lock is given back and
+    /// the attempt fails with [`LockError::NotReplicated`] (retried within
+    /// the wait). A renewal that is not confirmed does not move the lock's
+    /// deadline. With Sentinel or a Cluster, this is what keeps a lock from
+    /// being granted twice when the master fails and a replica that had not
+    /// yet received the lock takes over: the replica promoted is the most
+    /// up to date one, and it has every confirmed lock. It costs one round
+    /// trip to the replicas per acquisition and renewal.
+    pub fn min_replicas(mut self, replicas: u32) -> Self {
+        self.config.min_replicas = replicas;
+        self
+    }
+
+    /// How long to wait for [replicas](Self::min_replicas) to confirm a
+    /// write (default 500 ms).
+    pub fn replica_timeout(mut self, timeout: Duration) -> Self {
+        self.config.replica_timeout = timeout;
+        self
+    }
+
     /// Time allowed for each attempt to open a connection (default 5 s).
     pub fn connect_timeout(mut self, timeout: Duration) -> Self {
         self.config.connect_timeout = timeout;
@@ -199,8 +242,16 @@ impl LockClientBuilder {
                 "timeouts must be longer than zero".into(),
             ));
         }
+        if config.min_replicas > 0 && config.replica_timeout.is_zero() {
+            return Err(LockError::Config(
+                "replica_timeout must be longer than zero".into(),
+            ));
+        }
+        if self.deployment.urls().is_empty() {
+            return Err(LockError::Config("the deployment names no server".into()));
+        }
         config.check_lease("(default)", config.default_lease)?;
-        LockClient::open(self.url, self.config).await
+        LockClient::open(self.deployment, self.config).await
     }
 }
 

@@ -79,6 +79,40 @@ pub enum LockError {
         /// The command timeout that ran out.
         after: Duration,
     },
+    /// Fewer replicas than the lock's `min_replicas` confirmed having it
+    /// within the replica timeout; the lock was given back (or, for a
+    /// renewal, the renewal does not count). Retried within the wait.
+    #[error(
+        "{acked} of {wanted} replicas confirmed{} within {after:?}",
+        for_key(key)
+    )]
+    NotReplicated {
+        /// The lock, if the write was an acquisition.
+        key: Option<String>,
+        /// Replicas asked for.
+        wanted: u32,
+        /// Replicas that confirmed.
+        acked: u32,
+        /// The replica timeout.
+        after: Duration,
+    },
+    /// Redlock: too few masters answered for the lock to be granted by the
+    /// quorum it needs. Retried within the wait.
+    #[error(
+        "no quorum for lock `{key}`: {unreachable} of {nodes} masters failed, {needed} must agree: {last}"
+    )]
+    NoQuorum {
+        /// The lock.
+        key: String,
+        /// Masters that must agree.
+        needed: usize,
+        /// Masters in the deployment.
+        nodes: usize,
+        /// Masters that failed to answer.
+        unreachable: usize,
+        /// The last failure seen.
+        last: Box<LockError>,
+    },
     /// A lock name or option that cannot be used.
     #[error("invalid lock configuration: {0}")]
     Config(String),
@@ -137,7 +171,10 @@ impl LockError {
     pub fn is_unavailable(&self) -> bool {
         matches!(
             self,
-            LockError::Unavailable { .. } | LockError::CommandTimeout { .. }
+            LockError::Unavailable { .. }
+                | LockError::CommandTimeout { .. }
+                | LockError::NotReplicated { .. }
+                | LockError::NoQuorum { .. }
         )
     }
 
@@ -147,10 +184,12 @@ impl LockError {
             LockError::Timeout { key, .. }
             | LockError::Lost { key, .. }
             | LockError::WrongType { key, .. }
-            | LockError::ReadOnly { key, .. } => Some(key),
+            | LockError::ReadOnly { key, .. }
+            | LockError::NoQuorum { key, .. } => Some(key),
             LockError::Unavailable { key, .. }
             | LockError::CommandTimeout { key, .. }
-            | LockError::Redis { key, .. } => key.as_deref(),
+            | LockError::Redis { key, .. }
+            | LockError::NotReplicated { key, .. } => key.as_deref(),
             LockError::NotInstalled | LockError::Auth { .. } | LockError::Config(_) => None,
         }
     }

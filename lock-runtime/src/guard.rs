@@ -253,14 +253,15 @@ async fn give_back(client: &LockClient, held: &[Arc<Held>]) -> Result<Vec<Releas
         .join(" + ");
     let owner = &held[0].owner;
     let released = match &held[0].stored {
-        Stored::Hash => inner.scripts.release(&label, &keys, owner, false).await?,
+        Stored::Hash => inner.backend.release(&label, &keys, owner, false).await?,
         Stored::Place {
             set,
             holders,
             queue,
+            ..
         } => vec![
             inner
-                .scripts
+                .backend
                 .release_place(
                     &label,
                     (set, holders),

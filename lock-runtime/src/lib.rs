@@ -55,8 +55,11 @@
 #[doc(hidden)]
 #[path = "private.rs"]
 pub mod __private;
+mod backend;
 mod client;
 mod config;
+mod connection;
+mod deployment;
 mod error;
 mod guard;
 mod install;
@@ -69,6 +72,7 @@ mod watchdog;
 
 pub use client::LockClient;
 pub use config::{LockClientBuilder, MIN_LEASE};
+pub use deployment::Deployment;
 pub use error::{LockError, LossReason};
 pub use guard::LockGuard;
 pub use install::{install, installed};

@@ -7,6 +7,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tracing::Instrument;
 
+use crate::backend::Times;
 use crate::client::LockClient;
 use crate::error::LockError;
 use crate::guard::LockGuard;
@@ -38,6 +39,8 @@ pub struct LockRequest {
     label: String,
     lease: Duration,
     wait: Duration,
+    /// Replicas that must confirm the lock (`None`: the client's setting).
+    replicas: Option<u32>,
 }
 
 /// How long a fair waiter keeps its place in line without trying again; a
@@ -52,15 +55,17 @@ const FAIR_RETRY: Duration = Duration::from_secs(1);
 fn stored_place(kind: Kind, lock: &LockKeys) -> Stored {
     match kind {
         Kind::Exclusive | Kind::Fair => Stored::Hash,
-        Kind::Permits(_) => Stored::Place {
+        Kind::Permits(permits) => Stored::Place {
             set: lock.lock.clone(),
             holders: lock.holders(),
             queue: None,
+            limit: permits,
         },
         Kind::Read => Stored::Place {
             set: lock.readers(),
             holders: lock.readers_holders(),
             queue: Some(lock.queue()),
+            limit: 0,
         },
     }
 }
@@ -94,6 +99,7 @@ impl LockRequest {
             client,
             kind,
             names,
+            replicas: None,
         }
     }
 
@@ -108,6 +114,15 @@ impl LockRequest {
     /// `Duration::ZERO` tries exactly once.
     pub fn wait(mut self, wait: Duration) -> Self {
         self.wait = wait;
+        self
+    }
+
+    /// Replicas that must confirm this lock, its acquisition and every
+    /// renewal, before they count; overrides the client's
+    /// [`min_replicas`](crate::LockClientBuilder::min_replicas) (0 turns it
+    /// off for this lock).
+    pub fn min_replicas(mut self, replicas: u32) -> Self {
+        self.replicas = Some(replicas);
         self
     }
 
@@ -271,32 +286,42 @@ impl LockRequest {
     ) -> Result<Result<LockGuard, Option<Duration>>, LockError> {
         let inner = &self.client.inner;
         let sent = Instant::now();
-        let scripts = &inner.scripts;
+        let backend = &inner.backend;
+        let replicas = inner.config.replicas(self.replicas);
+        let times = Times {
+            lease: self.lease,
+            waiting: deadline.saturating_duration_since(sent),
+            drift: inner.config.drift_for(self.lease),
+        };
         let (outcome, stored) = match self.kind {
             Kind::Exclusive => {
-                let waiting = deadline.saturating_duration_since(sent);
-                let outcome = scripts
-                    .acquire(&self.label, keys, owner, self.lease, waiting)
+                let outcome = backend
+                    .acquire(&self.label, keys, owner, times, replicas)
                     .await?;
                 (outcome, Stored::Hash)
             }
             Kind::Permits(permits) => {
-                let outcome = scripts
-                    .acquire_permit(&self.label, &keys[0], owner, self.lease, permits)
+                let outcome = backend
+                    .acquire_permit(&self.label, &keys[0], owner, times, permits, replicas)
                     .await?;
                 (outcome, stored_place(self.kind, &keys[0]))
             }
             Kind::Read => {
-                let waiting = deadline.saturating_duration_since(sent);
-                let outcome = scripts
-                    .acquire_read(&self.label, &keys[0], owner, self.lease, waiting)
+                let outcome = backend
+                    .acquire_read(&self.label, &keys[0], owner, times, replicas)
                     .await?;
                 (outcome, stored_place(self.kind, &keys[0]))
             }
             Kind::Fair => {
                 let enqueue = !self.wait.is_zero();
-                let outcome = scripts
-                    .acquire_fair(&self.label, &keys[0], owner, self.lease, FAIR_STAY, enqueue)
+                let outcome = backend
+                    .acquire_fair(
+                        &self.label,
+                        &keys[0],
+                        owner,
+                        (times, FAIR_STAY, enqueue),
+                        replicas,
+                    )
                     .await?;
                 (outcome, Stored::Hash)
             }
@@ -305,7 +330,7 @@ impl LockRequest {
             Acquired::Held(taken) => taken,
             Acquired::Busy { ttl } => return Ok(Err(ttl)),
         };
-        let drift = inner.config.drift_for(self.lease);
+        let drift = times.drift;
         let held = self
             .names
             .iter()
@@ -322,6 +347,7 @@ impl LockRequest {
                     lease: self.lease,
                     drift,
                     sent,
+                    replicas,
                 })
             })
             .collect();
@@ -334,18 +360,19 @@ impl LockRequest {
     /// attempt uses a new owner id, which the abandoned one cannot be
     /// mistaken for.
     fn abandon(&self, keys: &[LockKeys], owner: Arc<str>) -> Arc<str> {
-        let scripts = self.client.inner.scripts.clone();
+        let backend = self.client.inner.backend.clone();
         let (label, keys) = (self.label.clone(), keys.to_vec());
         let kind = self.kind;
         tokio::spawn(async move {
             let lock = &keys[0];
             let released = match stored_place(kind, lock) {
-                Stored::Hash => scripts.release(&label, &keys, &owner, true).await,
+                Stored::Hash => backend.release(&label, &keys, &owner, true).await,
                 Stored::Place {
                     set,
                     holders,
                     queue,
-                } => scripts
+                    ..
+                } => backend
                     .release_place(
                         &label,
                         (&set, &holders),
@@ -392,14 +419,14 @@ impl Drop for InLine<'_> {
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             return; // the place lapses after FAIR_STAY
         };
-        let scripts = self.request.client.inner.scripts.clone();
+        let backend = self.request.client.inner.backend.clone();
         let (label, keys, owner) = (
             self.request.label.clone(),
             self.keys.clone(),
             self.owner.clone(),
         );
         runtime.spawn(async move {
-            if let Err(err) = scripts.leave_line(&label, &keys, &owner).await {
+            if let Err(err) = backend.leave_line(&label, &keys, &owner).await {
                 tracing::debug!(key = %label, error = %err, "leaving the line failed; the place lapses");
             }
         });

@@ -17,11 +17,13 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::aio::ConnectionManager;
+use redis::cluster_async::ClusterConnection;
 use redis::{PushInfo, PushKind, Value};
 use tokio::sync::{Notify, mpsc, watch};
 use tokio_util::sync::CancellationToken;
 
+use crate::connection::Following;
 use crate::watchdog::Registry;
 
 /// Whether a channel's subscription is confirmed by the server.
@@ -120,8 +122,14 @@ impl Channels {
 enum Command {
     Subscribe(Arc<Channel>),
     Unsubscribe(String),
-    /// The connection dropped: subscribe to everything again, then wake all.
-    Resubscribe,
+    /// The connection to this store dropped: subscribe to everything again
+    /// there, then wake all.
+    Resubscribe(usize),
+}
+
+/// Commands for the subscriber task, until it starts.
+pub(crate) struct Pending {
+    receiver: mpsc::UnboundedReceiver<Command>,
 }
 
 /// The pub/sub side of a client.
@@ -136,40 +144,76 @@ impl std::fmt::Debug for Command {
         match self {
             Command::Subscribe(channel) => write!(f, "Subscribe({})", channel.name),
             Command::Unsubscribe(name) => write!(f, "Unsubscribe({name})"),
-            Command::Resubscribe => f.write_str("Resubscribe"),
+            Command::Resubscribe(node) => write!(f, "Resubscribe({node})"),
         }
     }
 }
 
 impl Wakeups {
-    /// Opens the subscriber connection (RESP3, so that messages arrive as
-    /// pushes) and starts the task that owns it.
-    ///
-    /// A dropped connection also makes `registry` check every held lock at
-    /// once: the server may have restarted without them.
-    pub(crate) async fn start(
-        client: redis::Client,
-        config: ConnectionManagerConfig,
-        registry: Arc<Registry>,
-        shutdown: CancellationToken,
-    ) -> redis::RedisResult<Wakeups> {
+    /// The message side of a client, before its connections exist: hand
+    /// [`push_handler`](Self::push_handler)s to the subscriber connections,
+    /// then [`start`](Self::start) the task that owns them.
+    pub(crate) fn new() -> (Wakeups, Pending) {
         let channels = Arc::new(Channels::default());
         let (commands, receiver) = mpsc::unbounded_channel();
-        let on_push = {
-            let channels = channels.clone();
-            let commands = commands.clone();
-            move |push: PushInfo| {
-                if push.kind == PushKind::Disconnection {
-                    registry.check_now();
-                }
-                dispatch(&channels, &commands, push);
-                Ok::<(), redis::aio::SendError>(())
-            }
+        let wakeups = Wakeups {
+            channels: channels.clone(),
+            commands,
         };
-        let conn =
-            ConnectionManager::new_with_config(client, config.set_push_sender(on_push)).await?;
-        tokio::spawn(subscriber(conn, receiver, channels.clone(), shutdown));
-        Ok(Wakeups { channels, commands })
+        (wakeups, Pending { receiver })
+    }
+
+    /// What the subscriber connection to store `node` does with each push:
+    /// release messages wake waiters; a dropped connection makes `registry`
+    /// check every held lock at once (the server may have restarted without
+    /// them) and resubscribes.
+    pub(crate) fn push_handler(
+        &self,
+        node: usize,
+        registry: Arc<Registry>,
+    ) -> impl Fn(PushInfo) -> Result<(), redis::aio::SendError> + Send + Sync + Clone + 'static
+    {
+        let channels = self.channels.clone();
+        let commands = self.commands.clone();
+        move |push: PushInfo| {
+            if push.kind == PushKind::Disconnection {
+                registry.check_now();
+            }
+            dispatch(&channels, &commands, node, push);
+            Ok(())
+        }
+    }
+
+    /// A call that asks for everything to be subscribed again on store
+    /// `node` (its connection moved to another server).
+    pub(crate) fn resubscriber(&self, node: usize) -> impl Fn() + Send + Sync + 'static {
+        let commands = self.commands.clone();
+        move || {
+            let _ = commands.send(Command::Resubscribe(node));
+        }
+    }
+
+    /// Starts the task that owns the subscriber connections, one per store;
+    /// a channel counts as subscribed when `needed` of them confirmed it.
+    pub(crate) fn start(
+        &self,
+        pending: Pending,
+        subscribers: Vec<Subscriber>,
+        needed: usize,
+        shutdown: CancellationToken,
+    ) {
+        let live = vec![true; subscribers.len()];
+        let stores = Stores {
+            subscribers,
+            live,
+            needed,
+        };
+        tokio::spawn(subscriber(
+            stores,
+            pending.receiver,
+            self.channels.clone(),
+            shutdown,
+        ));
     }
 
     /// Whether tasks of this process wait for the lock with release channel
@@ -329,9 +373,14 @@ impl Drop for Watch {
 }
 
 /// Routes a push from the subscriber connection.
-fn dispatch(channels: &Channels, commands: &mpsc::UnboundedSender<Command>, push: PushInfo) {
+fn dispatch(
+    channels: &Channels,
+    commands: &mpsc::UnboundedSender<Command>,
+    node: usize,
+    push: PushInfo,
+) {
     match push.kind {
-        PushKind::Message => {
+        PushKind::Message | PushKind::SMessage => {
             if let Some(Value::BulkString(name)) = push.data.first()
                 && let Some(channel) = std::str::from_utf8(name)
                     .ok()
@@ -346,31 +395,108 @@ fn dispatch(channels: &Channels, commands: &mpsc::UnboundedSender<Command>, push
             }
         }
         PushKind::Disconnection => {
-            tracing::debug!("subscriber connection dropped");
-            for channel in channels.all() {
-                channel.ready.send_replace(Readiness::Failed);
-            }
-            let _ = commands.send(Command::Resubscribe);
+            tracing::debug!(node, "subscriber connection dropped");
+            let _ = commands.send(Command::Resubscribe(node));
         }
         _ => {}
     }
 }
 
-/// The task that owns the subscriber connection.
+/// A subscriber connection to one store.
+pub(crate) enum Subscriber {
+    /// A server, or one Redlock master.
+    Manager(ConnectionManager),
+    /// The master Sentinel reports, followed across failovers.
+    Following(Following),
+    /// A Cluster: sharded subscriptions, one channel at a time since each
+    /// channel lives in its own slot. redis-rs subscribes again by itself
+    /// when slots move.
+    Cluster(ClusterConnection),
+}
+
+impl Subscriber {
+    async fn subscribe(&mut self, names: &[&str]) -> redis::RedisResult<()> {
+        match self {
+            Subscriber::Manager(conn) => conn.subscribe(names).await,
+            Subscriber::Following(conn) => conn.manager().subscribe(names).await,
+            Subscriber::Cluster(conn) => {
+                for name in names {
+                    conn.ssubscribe(name).await?;
+                }
+                Ok(())
+            }
+        }
+    }
+
+    async fn unsubscribe(&mut self, name: &str) -> redis::RedisResult<()> {
+        match self {
+            Subscriber::Manager(conn) => conn.unsubscribe(name).await,
+            Subscriber::Following(conn) => conn.manager().unsubscribe(name).await,
+            Subscriber::Cluster(conn) => conn.sunsubscribe(name).await,
+        }
+    }
+
+    /// Before subscribing again: find the master anew if it may have moved.
+    async fn reconnect(&mut self) {
+        if let Subscriber::Following(conn) = self {
+            conn.refresh(&conn.address()).await;
+        }
+    }
+}
+
+/// The subscriber connections and which of them are known to be subscribed.
+struct Stores {
+    subscribers: Vec<Subscriber>,
+    /// Subscribed to every watched channel (as far as we know).
+    live: Vec<bool>,
+    /// How many live stores a channel needs to count as subscribed.
+    needed: usize,
+}
+
+impl Stores {
+    fn enough(&self) -> bool {
+        self.live.iter().filter(|live| **live).count() >= self.needed
+    }
+
+    /// Subscribes the live stores to `names`; true if enough confirmed.
+    async fn subscribe(&mut self, names: &[&str]) -> bool {
+        for (subscriber, live) in self.subscribers.iter_mut().zip(self.live.iter_mut()) {
+            if *live && let Err(err) = subscriber.subscribe(names).await {
+                tracing::warn!(error = %err, "subscribing to release channels failed");
+                *live = false;
+            }
+        }
+        self.enough()
+    }
+}
+
+/// The task that owns the subscriber connections.
 async fn subscriber(
-    mut conn: ConnectionManager,
+    mut stores: Stores,
     mut commands: mpsc::UnboundedReceiver<Command>,
     channels: Arc<Channels>,
     shutdown: CancellationToken,
 ) {
     let mut batch = Vec::new();
+    let mut delay = RESUBSCRIBE_FIRST;
     loop {
+        // Stores that lost their subscriptions are retried on a timer,
+        // between commands, so one store that stays down holds up no other.
+        let retry = stores.live.iter().any(|live| !live);
         tokio::select! {
             _ = shutdown.cancelled() => return,
             received = commands.recv_many(&mut batch, 256) => {
                 if received == 0 {
                     return;
                 }
+            }
+            _ = tokio::time::sleep(delay), if retry => {
+                if resubscribe(&mut stores, &channels).await {
+                    delay = RESUBSCRIBE_FIRST;
+                } else {
+                    delay = (delay * 2).min(Duration::from_secs(1));
+                }
+                continue;
             }
         }
         let mut pending = std::mem::take(&mut batch).into_iter().peekable();
@@ -385,62 +511,79 @@ async fn subscriber(
                         }
                     }
                     let names: Vec<&str> = group.iter().map(|c| c.name.as_str()).collect();
-                    let outcome = conn.subscribe(&names).await;
-                    let readiness = match &outcome {
-                        Ok(()) => Readiness::Subscribed,
-                        Err(err) => {
-                            tracing::warn!(error = %err, "subscribing to release channels failed");
-                            Readiness::Failed
-                        }
+                    let readiness = if stores.subscribe(&names).await {
+                        Readiness::Subscribed
+                    } else {
+                        Readiness::Failed
                     };
                     for channel in group {
                         channel.ready.send_replace(readiness);
                     }
                 }
                 Command::Unsubscribe(name) => {
-                    if let Err(err) = conn.unsubscribe(&name).await {
-                        tracing::debug!(error = %err, channel = %name, "unsubscribe failed");
+                    for (subscriber, live) in stores.subscribers.iter_mut().zip(&stores.live) {
+                        if *live && let Err(err) = subscriber.unsubscribe(&name).await {
+                            tracing::debug!(error = %err, channel = %name, "unsubscribe failed");
+                        }
                     }
                 }
-                Command::Resubscribe => resubscribe(&mut conn, &channels, &shutdown).await,
+                Command::Resubscribe(node) => {
+                    if let Some(live) = stores.live.get_mut(node) {
+                        *live = false;
+                    }
+                    if !stores.enough() {
+                        for channel in channels.all() {
+                            channel.ready.send_replace(Readiness::Failed);
+                        }
+                    }
+                    delay = RESUBSCRIBE_FIRST;
+                    resubscribe(&mut stores, &channels).await;
+                }
             }
         }
     }
 }
 
-/// Subscribes again to every watched channel, retrying until the server is
-/// back, then wakes every waiter to look at its lock again.
-async fn resubscribe(
-    conn: &mut ConnectionManager,
-    channels: &Channels,
-    shutdown: &CancellationToken,
-) {
-    let mut delay = Duration::from_millis(20);
-    loop {
-        let all = channels.all();
-        let names: Vec<&str> = all.iter().map(|c| c.name.as_str()).collect();
+/// First pause before subscribing again on a store that dropped; it
+/// doubles up to 1 s.
+const RESUBSCRIBE_FIRST: Duration = Duration::from_millis(20);
+
+/// Subscribes every store that lost its subscriptions to every watched
+/// channel again, then wakes every waiter to look at its lock again, since
+/// a release may have been missed meanwhile. True when none is left out.
+async fn resubscribe(stores: &mut Stores, channels: &Channels) -> bool {
+    let all = channels.all();
+    let names: Vec<&str> = all.iter().map(|c| c.name.as_str()).collect();
+    let mut back = false;
+    for (node, (subscriber, live)) in stores
+        .subscribers
+        .iter_mut()
+        .zip(stores.live.iter_mut())
+        .enumerate()
+    {
+        if *live {
+            continue;
+        }
+        subscriber.reconnect().await;
         let outcome = if names.is_empty() {
             Ok(())
         } else {
-            conn.subscribe(&names).await
+            subscriber.subscribe(&names).await
         };
         match outcome {
             Ok(()) => {
-                for channel in &all {
-                    channel.ready.send_replace(Readiness::Subscribed);
-                    channel.wake(None, true);
-                }
-                tracing::debug!(channels = all.len(), "resubscribed after reconnect");
-                return;
+                *live = true;
+                back = true;
+                tracing::debug!(node, channels = all.len(), "resubscribed after reconnect");
             }
-            Err(err) => {
-                tracing::debug!(error = %err, "resubscribe failed; retrying");
-                tokio::select! {
-                    _ = shutdown.cancelled() => return,
-                    _ = tokio::time::sleep(delay) => {}
-                }
-                delay = (delay * 2).min(Duration::from_secs(1));
-            }
+            Err(err) => tracing::debug!(node, error = %err, "resubscribe failed; retrying"),
         }
     }
+    if back && stores.enough() {
+        for channel in &all {
+            channel.ready.send_replace(Readiness::Subscribed);
+            channel.wake(None, true);
+        }
+    }
+    stores.live.iter().all(|live| *live)
 }

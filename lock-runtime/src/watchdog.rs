@@ -16,9 +16,10 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use crate::backend::{Backend, Renewal};
 use crate::error::LossReason;
 use crate::keys::LockKeys;
-use crate::scripts::{Scripts, Stored};
+use crate::scripts::{Replicas, Stored};
 
 /// How much before its validity deadline a lock is declared lost: timers
 /// fire a little late, and the drift margin is what makes the deadline safe,
@@ -36,6 +37,8 @@ pub(crate) struct Held {
     pub(crate) stored: Stored,
     pub(crate) owner: Arc<str>,
     pub(crate) fence: u64,
+    /// Replicas that must confirm each renewal (from the first acquisition).
+    replicas: Option<Replicas>,
     state: Mutex<Timing>,
     lost: CancellationToken,
     reason: OnceLock<LossReason>,
@@ -153,6 +156,7 @@ pub(crate) struct Acquisition<'a> {
     pub(crate) drift: Duration,
     /// When the acquire script was sent.
     pub(crate) sent: Instant,
+    pub(crate) replicas: Option<Replicas>,
 }
 
 impl Registry {
@@ -183,6 +187,7 @@ impl Registry {
             stored: acquired.stored.clone(),
             owner: acquired.owner.clone(),
             fence: acquired.fence,
+            replicas: acquired.replicas,
             state: Mutex::new(Timing {
                 lease: acquired.lease,
                 drift: acquired.drift,
@@ -283,14 +288,14 @@ impl Registry {
 
 /// Runs the watchdog of one client until `shutdown` is cancelled (the client
 /// and every guard of it are gone).
-pub(crate) async fn run(registry: Arc<Registry>, scripts: Scripts, shutdown: CancellationToken) {
+pub(crate) async fn run(registry: Arc<Registry>, backend: Backend, shutdown: CancellationToken) {
     loop {
         let (overdue, due, next) = registry.sweep(Instant::now());
         for held in overdue {
             held.declare_lost(LossReason::Expired);
         }
         for batch in due.chunks(BATCH) {
-            tokio::spawn(renew(registry.clone(), scripts.clone(), batch.to_vec()));
+            tokio::spawn(renew(registry.clone(), backend.clone(), batch.to_vec()));
         }
         let changed = registry.changed.notified();
         tokio::select! {
@@ -309,52 +314,54 @@ async fn sleep_until(deadline: Option<Instant>) {
 }
 
 /// Renews one batch of locks in one script call and records the outcome.
-async fn renew(registry: Arc<Registry>, scripts: Scripts, batch: Vec<Arc<Held>>) {
+async fn renew(registry: Arc<Registry>, backend: Backend, batch: Vec<Arc<Held>>) {
     let sent = Instant::now();
-    let (locks, earliest_deadline): (Vec<_>, Instant) = {
-        let mut earliest = sent + Duration::from_secs(3600);
-        let locks = batch
-            .iter()
-            .map(|held| {
-                let timing = held.timing();
-                earliest = earliest.min(timing.valid_until);
-                (
-                    held.keys.lock.as_str(),
-                    &held.stored,
-                    &*held.owner,
-                    timing.lease,
-                )
-            })
-            .collect();
-        (locks, earliest)
-    };
+    let mut earliest_deadline = sent + Duration::from_secs(3600);
+    let locks: Vec<_> = batch
+        .iter()
+        .map(|held| {
+            let timing = held.timing();
+            earliest_deadline = earliest_deadline.min(timing.valid_until);
+            (
+                held.keys.lock.as_str(),
+                &held.stored,
+                &*held.owner,
+                timing.lease,
+            )
+        })
+        .collect();
+    let replicas: Vec<Option<Replicas>> = batch.iter().map(|held| held.replicas).collect();
     // An answer after the earliest deadline comes too late to save that lock;
     // do not wait longer than that (the command timeout caps it too).
     let timeout = earliest_deadline
         .saturating_duration_since(sent)
         .max(Duration::from_millis(1));
-    let outcome = scripts.renew(locks, timeout).await;
+    let outcome = backend.renew(&locks, timeout, &replicas).await;
+    let retry = |held: &Held| {
+        let mut timing = held.timing();
+        timing.in_flight = false;
+        timing.renew_at = Instant::now() + retry_delay(timing.lease);
+    };
     match outcome {
         Ok(renewed) => {
             tracing::debug!(locks = batch.len(), "renewed");
-            for (held, still_held) in batch.iter().zip(renewed) {
-                if still_held {
-                    tracing::trace!(key = %held.name, fence = held.fence, "renewed");
-                    let mut timing = held.timing();
-                    timing.confirm(sent);
-                    timing.in_flight = false;
-                } else {
-                    registry.lose(held, LossReason::NotHeld);
+            for (held, outcome) in batch.iter().zip(renewed) {
+                match outcome {
+                    Renewal::Renewed => {
+                        tracing::trace!(key = %held.name, fence = held.fence, "renewed");
+                        let mut timing = held.timing();
+                        timing.confirm(sent);
+                        timing.in_flight = false;
+                    }
+                    Renewal::Gone => registry.lose(held, LossReason::NotHeld),
+                    Renewal::Unknown => retry(held),
                 }
             }
         }
         Err(err) => {
             tracing::warn!(locks = batch.len(), error = %err, "renewal failed; retrying");
-            let now = Instant::now();
             for held in &batch {
-                let mut timing = held.timing();
-                timing.in_flight = false;
-                timing.renew_at = now + retry_delay(timing.lease);
+                retry(held);
             }
         }
     }
@@ -385,6 +392,7 @@ mod tests {
             lease,
             drift: Duration::from_millis(12),
             sent,
+            replicas: None,
         }
     }
 

@@ -27,8 +27,8 @@ if redis.call('ZCARD', KEYS[1]) == 0 then
   redis.call('DEL', KEYS[1], KEYS[2])
 end
 if KEYS[4] then
-  redis.call('PUBLISH', KEYS[3], next_in_line(KEYS[4]))
+  redis.call(PUBLISH, KEYS[3], next_in_line(KEYS[4]))
 else
-  redis.call('PUBLISH', KEYS[3], 'released')
+  redis.call(PUBLISH, KEYS[3], 'released')
 end
 return {0}

@@ -1,4 +1,6 @@
--- Shared by every script (prepended to each when it is loaded).
+-- Shared by every script (prepended to each when it is loaded, after a line
+-- that sets PUBLISH: 'SPUBLISH' on a Cluster, where release messages use
+-- sharded pub/sub, 'PUBLISH' elsewhere).
 
 -- The server's clock in milliseconds.
 local function now_ms()
@@ -8,14 +10,15 @@ end
 
 -- The next fencing token from `counter`, or nil and how long no lock may be
 -- granted in the counter's hash slot (ms). `q` is the restart quarantine:
--- {seen = run id at connect, ms = its length, strict = true/false}.
+-- {seen = the run ids seen at connect, comma-separated, ms = its length,
+-- strict = true/false}.
 --
 -- A new counter means the slot was never used, or the server lost its data
 -- (a restart without persistence, an eviction). Locks granted before may then
 -- still be held by holders not told yet, and granting them again before they
 -- could have run out would make two holders: so while the server has been up
 -- for less than the quarantine, the slot stays closed, if this client saw
--- the server restart (its run id is not the one seen at connect) or `strict`
+-- the server restart (its run id is not among those seen at connect) or `strict`
 -- says to assume so (see config.rs). Otherwise the counter starts from the
 -- server clock in microseconds, which is past every token handed out before,
 -- so that tokens keep growing across the loss (see keys.rs).
@@ -27,7 +30,8 @@ local function next_fence(counter, q)
   if q.ms > 0 then
     local info = redis.call('INFO', 'server')
     local uptime = tonumber(string.match(info, 'uptime_in_seconds:(%d+)')) * 1000
-    if uptime < q.ms and (q.strict or string.match(info, 'run_id:(%x+)') ~= q.seen) then
+    local run_id = string.match(info, 'run_id:(%x+)')
+    if uptime < q.ms and (q.strict or not string.find(q.seen, run_id, 1, true)) then
       redis.call('DEL', counter)
       return nil, q.ms - uptime
     end

@@ -29,9 +29,9 @@ for i = 1, n do
       count = 0
       redis.call('DEL', KEYS[i])
       if held[3] then
-        redis.call('PUBLISH', KEYS[n + i], next_in_line(KEYS[2 * n + i]))
+        redis.call(PUBLISH, KEYS[n + i], next_in_line(KEYS[2 * n + i]))
       else
-        redis.call('PUBLISH', KEYS[n + i], 'released')
+        redis.call(PUBLISH, KEYS[n + i], 'released')
       end
     end
     result[i] = count

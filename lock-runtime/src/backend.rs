@@ -1,0 +1,781 @@
+//! The lock operations over a whole deployment: straight through to one
+//! store, split by hash slot on a Cluster, or agreed by a quorum of
+//! independent masters (Redlock).
+//!
+//! # Redlock
+//!
+//! Every operation goes to every master at once. An acquisition holds when
+//! `needed` masters granted it (a majority for a lock; more for a semaphore,
+//! below) and the lease minus the time it took and the drift margin is still
+//! left; otherwise what was granted is given back. The caller does not wait
+//! for slow or stopped masters once the outcome is known: their answers are
+//! awaited in the background, and a grant that arrives after a failed
+//! acquisition is given back too.
+//!
+//! A renewal holds where `needed` masters renewed; a lock is lost when so
+//! many masters no longer have it that `needed` cannot be reached.
+//!
+//! **Fencing tokens.** Each master counts on its own, so the largest token
+//! among the granting masters is taken, and then written back to them
+//! (`fence_raise.lua`) before the lock is handed out. Any later majority
+//! shares at least one master with this one, whose counter is by then past
+//! the token, so the next holder's token is larger: tokens keep growing as
+//! long as Redlock's mutual exclusion itself holds.
+//!
+//! **Semaphores.** With `k` permits, `k + 1` holders must never each find a
+//! grant at `needed` of `n` masters, each master granting at most `k`: that
+//! takes `(k + 1) * needed > k * n`, so `needed = k * n / (k + 1) + 1`, a
+//! plain majority when `k = 1`.
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_util::StreamExt;
+use futures_util::stream::FuturesUnordered;
+use tokio::time::Instant;
+
+use crate::error::LockError;
+use crate::keys::{LockKeys, slot};
+use crate::scripts::{Acquired, Node, Released, RenewItem, Replicas, Taken};
+
+/// How the deployment is reached.
+pub(crate) enum Topology {
+    /// One server, or the master Sentinel reports.
+    Single(Node),
+    /// A Redis Cluster: one connection that routes each call by its keys'
+    /// slot, so calls naming keys of several slots are split by slot.
+    Cluster(Node),
+    /// Independent masters, agreeing by quorum.
+    Quorum(Vec<Node>),
+}
+
+/// The outcome of renewing one item.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Renewal {
+    Renewed,
+    /// No longer held by its owner.
+    Gone,
+    /// Not known (a failed call): try again before the deadline.
+    Unknown,
+}
+
+/// The lock operations of a client, over its deployment. Cheap to clone.
+#[derive(Clone)]
+pub(crate) struct Backend {
+    topology: Arc<Topology>,
+}
+
+/// The times an acquisition needs: the lease, how long the caller will
+/// wait (for turn-taking marks), and the drift margin.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Times {
+    pub(crate) lease: Duration,
+    pub(crate) waiting: Duration,
+    pub(crate) drift: Duration,
+}
+
+/// How many of `nodes` masters must agree for a lock that `holders` may
+/// hold at once (see the module docs).
+pub(crate) fn needed(nodes: usize, holders: u32) -> usize {
+    let k = holders.max(1) as usize;
+    k * nodes / (k + 1) + 1
+}
+
+impl Backend {
+    pub(crate) fn new(topology: Topology) -> Backend {
+        Backend {
+            topology: Arc::new(topology),
+        }
+    }
+
+    /// Every store behind the deployment (one, or each Redlock master).
+    pub(crate) fn nodes(&self) -> &[Node] {
+        match &*self.topology {
+            Topology::Single(node) | Topology::Cluster(node) => std::slice::from_ref(node),
+            Topology::Quorum(nodes) => nodes,
+        }
+    }
+
+    /// Takes every lock in `keys` or none.
+    pub(crate) async fn acquire(
+        &self,
+        name: &str,
+        keys: &[LockKeys],
+        owner: &Arc<str>,
+        times: Times,
+        replicas: Option<Replicas>,
+    ) -> Result<Acquired, LockError> {
+        let during = (times.lease, times.waiting);
+        match &*self.topology {
+            Topology::Single(node) => node.acquire(name, keys, owner, during, replicas).await,
+            Topology::Cluster(node) => {
+                acquire_by_slot(node, name, keys, owner, during, replicas).await
+            }
+            Topology::Quorum(nodes) => {
+                let (name_, keys_, owner_) = (name.to_owned(), keys.to_vec(), owner.clone());
+                let take = move |node: Node| {
+                    let (name, keys, owner) = (name_.clone(), keys_.clone(), owner_.clone());
+                    async move { node.acquire(&name, &keys, &owner, during, replicas).await }
+                };
+                let (name_, keys_, owner_) = (name.to_owned(), keys.to_vec(), owner.clone());
+                let undo = move |node: Node| {
+                    let (name, keys, owner) = (name_.clone(), keys_.clone(), owner_.clone());
+                    async move { node.release(&name, &keys, &owner, false).await.map(drop) }
+                };
+                let needed = needed(nodes.len(), 1);
+                on_quorum(nodes, name, keys, needed, times, take, undo).await
+            }
+        }
+    }
+
+    /// Takes (or re-enters) one of `permits` permits of a semaphore.
+    pub(crate) async fn acquire_permit(
+        &self,
+        name: &str,
+        keys: &LockKeys,
+        owner: &Arc<str>,
+        times: Times,
+        permits: u32,
+        replicas: Option<Replicas>,
+    ) -> Result<Acquired, LockError> {
+        match &*self.topology {
+            Topology::Single(node) | Topology::Cluster(node) => {
+                node.acquire_permit(name, keys, owner, times.lease, permits, replicas)
+                    .await
+            }
+            Topology::Quorum(nodes) => {
+                let (name_, keys_, owner_) = (name.to_owned(), keys.clone(), owner.clone());
+                let take = move |node: Node| {
+                    let (name, keys, owner) = (name_.clone(), keys_.clone(), owner_.clone());
+                    async move {
+                        node.acquire_permit(&name, &keys, &owner, times.lease, permits, replicas)
+                            .await
+                    }
+                };
+                let undo = place_undo(name, keys, owner, (keys.lock.clone(), keys.holders()), None);
+                let needed = needed(nodes.len(), permits);
+                on_quorum(
+                    nodes,
+                    name,
+                    std::slice::from_ref(keys),
+                    needed,
+                    times,
+                    take,
+                    undo,
+                )
+                .await
+            }
+        }
+    }
+
+    /// Takes or re-enters the read side of a read-write lock.
+    pub(crate) async fn acquire_read(
+        &self,
+        name: &str,
+        keys: &LockKeys,
+        owner: &Arc<str>,
+        times: Times,
+        replicas: Option<Replicas>,
+    ) -> Result<Acquired, LockError> {
+        let during = (times.lease, times.waiting);
+        match &*self.topology {
+            Topology::Single(node) | Topology::Cluster(node) => {
+                node.acquire_read(name, keys, owner, during, replicas).await
+            }
+            Topology::Quorum(nodes) => {
+                let (name_, keys_, owner_) = (name.to_owned(), keys.clone(), owner.clone());
+                let take = move |node: Node| {
+                    let (name, keys, owner) = (name_.clone(), keys_.clone(), owner_.clone());
+                    async move {
+                        node.acquire_read(&name, &keys, &owner, during, replicas)
+                            .await
+                    }
+                };
+                let undo = place_undo(
+                    name,
+                    keys,
+                    owner,
+                    (keys.readers(), keys.readers_holders()),
+                    Some(keys.queue()),
+                );
+                let needed = needed(nodes.len(), 1);
+                on_quorum(
+                    nodes,
+                    name,
+                    std::slice::from_ref(keys),
+                    needed,
+                    times,
+                    take,
+                    undo,
+                )
+                .await
+            }
+        }
+    }
+
+    /// Takes or re-enters a lock in arrival order (see `Node::acquire_fair`).
+    pub(crate) async fn acquire_fair(
+        &self,
+        name: &str,
+        keys: &LockKeys,
+        owner: &Arc<str>,
+        (times, stay, enqueue): (Times, Duration, bool),
+        replicas: Option<Replicas>,
+    ) -> Result<Acquired, LockError> {
+        match &*self.topology {
+            Topology::Single(node) | Topology::Cluster(node) => {
+                node.acquire_fair(name, keys, owner, times.lease, stay, enqueue, replicas)
+                    .await
+            }
+            Topology::Quorum(nodes) => {
+                let (name_, keys_, owner_) = (name.to_owned(), keys.clone(), owner.clone());
+                let take = move |node: Node| {
+                    let (name, keys, owner) = (name_.clone(), keys_.clone(), owner_.clone());
+                    async move {
+                        node.acquire_fair(
+                            &name,
+                            &keys,
+                            &owner,
+                            times.lease,
+                            stay,
+                            enqueue,
+                            replicas,
+                        )
+                        .await
+                    }
+                };
+                let (name_, keys_, owner_) = (name.to_owned(), keys.clone(), owner.clone());
+                let undo = move |node: Node| {
+                    let (name, keys, owner) = (name_.clone(), keys_.clone(), owner_.clone());
+                    async move {
+                        node.release(&name, std::slice::from_ref(&keys), &owner, false)
+                            .await
+                            .map(drop)
+                    }
+                };
+                let needed = needed(nodes.len(), 1);
+                on_quorum(
+                    nodes,
+                    name,
+                    std::slice::from_ref(keys),
+                    needed,
+                    times,
+                    take,
+                    undo,
+                )
+                .await
+            }
+        }
+    }
+
+    /// Takes a fair waiter out of line.
+    pub(crate) async fn leave_line(
+        &self,
+        name: &str,
+        keys: &LockKeys,
+        owner: &str,
+    ) -> Result<(), LockError> {
+        let outcomes = futures_util::future::join_all(
+            self.nodes()
+                .iter()
+                .map(|node| node.leave_line(name, keys, owner)),
+        )
+        .await;
+        first_success(outcomes)
+    }
+
+    /// Gives back one level of a place in a leased set (every level when
+    /// `all`) and announces it.
+    pub(crate) async fn release_place(
+        &self,
+        name: &str,
+        place: (&str, &str),
+        announce: (&str, Option<&str>),
+        owner: &str,
+        all: bool,
+    ) -> Result<Released, LockError> {
+        let outcomes = futures_util::future::join_all(
+            self.nodes()
+                .iter()
+                .map(|node| node.release_place(name, place, announce, owner, all)),
+        )
+        .await;
+        let per_node = successes(outcomes)?;
+        Ok(merge_released(per_node.iter().map(|r| *r)))
+    }
+
+    /// Counts each lock in `keys` one level down (every level when `all`).
+    pub(crate) async fn release(
+        &self,
+        name: &str,
+        keys: &[LockKeys],
+        owner: &str,
+        all: bool,
+    ) -> Result<Vec<Released>, LockError> {
+        match &*self.topology {
+            Topology::Single(node) => node.release(name, keys, owner, all).await,
+            Topology::Cluster(node) => {
+                let groups = by_slot(keys.iter().map(|k| k.lock.as_str()));
+                let calls = groups.iter().map(|group| {
+                    let group_keys: Vec<LockKeys> =
+                        group.iter().map(|&i| keys[i].clone()).collect();
+                    async move { node.release(name, &group_keys, owner, all).await }
+                });
+                let outcomes = futures_util::future::join_all(calls).await;
+                let mut released = vec![Released::NotHeld; keys.len()];
+                for (group, outcome) in groups.iter().zip(outcomes) {
+                    for (&i, one) in group.iter().zip(outcome?) {
+                        released[i] = one;
+                    }
+                }
+                Ok(released)
+            }
+            Topology::Quorum(nodes) => {
+                let outcomes = futures_util::future::join_all(
+                    nodes
+                        .iter()
+                        .map(|node| node.release(name, keys, owner, all)),
+                )
+                .await;
+                let per_node = successes(outcomes)?;
+                Ok((0..keys.len())
+                    .map(|i| merge_released(per_node.iter().map(|node| node[i])))
+                    .collect())
+            }
+        }
+    }
+
+    /// Renews `items` (at most one batch); one outcome per item. `Err` when
+    /// nothing could be learned at all.
+    pub(crate) async fn renew(
+        &self,
+        items: &[RenewItem<'_>],
+        timeout: Duration,
+        replicas: &[Option<Replicas>],
+    ) -> Result<Vec<Renewal>, LockError> {
+        match &*self.topology {
+            Topology::Single(node) => renew_on(node, items, timeout, replicas).await,
+            Topology::Cluster(node) => {
+                let groups = by_slot(items.iter().map(|item| item.0));
+                let calls = groups.iter().map(|group| {
+                    let group_items: Vec<RenewItem<'_>> = group.iter().map(|&i| items[i]).collect();
+                    let group_replicas: Vec<Option<Replicas>> =
+                        group.iter().map(|&i| replicas[i]).collect();
+                    async move { renew_on(node, &group_items, timeout, &group_replicas).await }
+                });
+                let outcomes = futures_util::future::join_all(calls).await;
+                let mut renewed = vec![Renewal::Unknown; items.len()];
+                let mut last_error = None;
+                for (group, outcome) in groups.iter().zip(outcomes) {
+                    match outcome {
+                        Ok(outcome) => {
+                            for (&i, one) in group.iter().zip(outcome) {
+                                renewed[i] = one;
+                            }
+                        }
+                        Err(err) => last_error = Some(err),
+                    }
+                }
+                match last_error {
+                    Some(err) if renewed.iter().all(|r| *r == Renewal::Unknown) => Err(err),
+                    _ => Ok(renewed),
+                }
+            }
+            Topology::Quorum(nodes) => renew_by_quorum(nodes, items, timeout, replicas).await,
+        }
+    }
+}
+
+/// Renews on one store, in one call per replication requirement.
+async fn renew_on(
+    node: &Node,
+    items: &[RenewItem<'_>],
+    timeout: Duration,
+    replicas: &[Option<Replicas>],
+) -> Result<Vec<Renewal>, LockError> {
+    let mut renewed = vec![Renewal::Unknown; items.len()];
+    // Items that must be replicated go apart: their call ends with WAIT.
+    let mut kinds: BTreeMap<Option<(u32, Duration)>, Vec<usize>> = BTreeMap::new();
+    for (i, wanted) in replicas.iter().enumerate() {
+        kinds
+            .entry(wanted.map(|r| (r.count, r.timeout)))
+            .or_default()
+            .push(i);
+    }
+    let mut last_error = None;
+    for (wanted, indices) in kinds {
+        let wanted = wanted.map(|(count, timeout)| Replicas { count, timeout });
+        let batch = indices.iter().map(|&i| items[i]);
+        match node.renew(batch, timeout, wanted).await {
+            Ok(outcome) => {
+                for (&i, still) in indices.iter().zip(outcome) {
+                    renewed[i] = if still {
+                        Renewal::Renewed
+                    } else {
+                        Renewal::Gone
+                    };
+                }
+            }
+            Err(err) => last_error = Some(err),
+        }
+    }
+    match last_error {
+        Some(err) if renewed.iter().all(|r| *r == Renewal::Unknown) => Err(err),
+        _ => Ok(renewed),
+    }
+}
+
+/// Renews on every master; an item is renewed where enough masters renewed
+/// it, gone where too many no longer have it for that.
+async fn renew_by_quorum(
+    nodes: &[Node],
+    items: &[RenewItem<'_>],
+    timeout: Duration,
+    replicas: &[Option<Replicas>],
+) -> Result<Vec<Renewal>, LockError> {
+    let outcomes = futures_util::future::join_all(
+        nodes
+            .iter()
+            .map(|node| renew_on(node, items, timeout, replicas)),
+    )
+    .await;
+    let mut last_error = None;
+    let answers: Vec<Vec<Renewal>> = outcomes
+        .into_iter()
+        .filter_map(|outcome| outcome.map_err(|err| last_error = Some(err)).ok())
+        .collect();
+    if answers.is_empty()
+        && let Some(err) = last_error
+    {
+        return Err(err);
+    }
+    Ok(items
+        .iter()
+        .enumerate()
+        .map(|(i, (_, stored, _, _))| {
+            let needed = needed(nodes.len(), stored.holders_at_once());
+            let renewed = answers.iter().filter(|a| a[i] == Renewal::Renewed).count();
+            let gone = answers.iter().filter(|a| a[i] == Renewal::Gone).count();
+            if renewed >= needed {
+                Renewal::Renewed
+            } else if nodes.len() - gone < needed {
+                Renewal::Gone
+            } else {
+                Renewal::Unknown
+            }
+        })
+        .collect())
+}
+
+/// Indices of `keys` grouped by hash slot, the groups in slot order (so
+/// that every client takes a Cluster's slots in the same order).
+fn by_slot<'a>(keys: impl Iterator<Item = &'a str>) -> Vec<Vec<usize>> {
+    let mut groups: BTreeMap<u16, Vec<usize>> = BTreeMap::new();
+    for (i, key) in keys.enumerate() {
+        groups.entry(slot(key)).or_default().push(i);
+    }
+    groups.into_values().collect()
+}
+
+/// Takes locks in several Cluster slots one slot at a time, in slot order;
+/// when one slot's locks are busy, gives back the slots taken so far, so
+/// that nothing is held while waiting (all or none, never a deadlock).
+async fn acquire_by_slot(
+    node: &Node,
+    name: &str,
+    keys: &[LockKeys],
+    owner: &str,
+    during: (Duration, Duration),
+    replicas: Option<Replicas>,
+) -> Result<Acquired, LockError> {
+    let groups = by_slot(keys.iter().map(|k| k.lock.as_str()));
+    if groups.len() == 1 {
+        return node.acquire(name, keys, owner, during, replicas).await;
+    }
+    let mut taken: Vec<Option<Taken>> = vec![None; keys.len()];
+    let mut done: Vec<Vec<LockKeys>> = Vec::new();
+    for group in &groups {
+        let group_keys: Vec<LockKeys> = group.iter().map(|&i| keys[i].clone()).collect();
+        let outcome = node
+            .acquire(name, &group_keys, owner, during, replicas)
+            .await;
+        match outcome {
+            Ok(Acquired::Held(held)) => {
+                for (&i, one) in group.iter().zip(held) {
+                    taken[i] = Some(one);
+                }
+                done.push(group_keys);
+            }
+            other => {
+                for group_keys in done {
+                    if let Err(err) = node.release(name, &group_keys, owner, false).await {
+                        tracing::debug!(key = %name, error = %err, "giving back part of a multi-slot acquisition failed; it expires after its lease");
+                    }
+                }
+                return other;
+            }
+        }
+    }
+    Ok(Acquired::Held(taken.into_iter().flatten().collect()))
+}
+
+/// The undo of a place taken on one master: give back one level.
+fn place_undo(
+    name: &str,
+    keys: &LockKeys,
+    owner: &Arc<str>,
+    (set, holders): (String, String),
+    queue: Option<String>,
+) -> impl Fn(Node) -> std::pin::Pin<Box<dyn Future<Output = Result<(), LockError>> + Send>>
++ Send
++ Sync
++ Clone
++ 'static {
+    let (name, channel, owner) = (name.to_owned(), keys.channel.clone(), owner.clone());
+    move |node: Node| {
+        let (name, channel, owner) = (name.clone(), channel.clone(), owner.clone());
+        let (set, holders, queue) = (set.clone(), holders.clone(), queue.clone());
+        Box::pin(async move {
+            node.release_place(
+                &name,
+                (&set, &holders),
+                (&channel, queue.as_deref()),
+                &owner,
+                false,
+            )
+            .await
+            .map(drop)
+        })
+    }
+}
+
+/// Runs `take` on every master and decides as soon as `needed` granted or
+/// can no longer grant (see the module docs). Grants of a failed attempt,
+/// and late ones, are given back with `undo`.
+async fn on_quorum<T, TF, U, UF>(
+    nodes: &[Node],
+    name: &str,
+    keys: &[LockKeys],
+    needed: usize,
+    times: Times,
+    take: T,
+    undo: U,
+) -> Result<Acquired, LockError>
+where
+    T: Fn(Node) -> TF,
+    TF: Future<Output = Result<Acquired, LockError>> + Send + 'static,
+    U: Fn(Node) -> UF + Send + Sync + Clone + 'static,
+    UF: Future<Output = Result<(), LockError>> + Send + 'static,
+{
+    let started = Instant::now();
+    let mut pending: FuturesUnordered<_> = nodes
+        .iter()
+        .enumerate()
+        .map(|(i, node)| {
+            let call = take(node.clone());
+            async move { (i, call.await) }
+        })
+        .collect();
+    let mut granted: Vec<(usize, Vec<Taken>)> = Vec::new();
+    let mut busy: Vec<Option<Duration>> = Vec::new();
+    let mut errors: Vec<LockError> = Vec::new();
+    while let Some((i, outcome)) = pending.next().await {
+        match outcome {
+            Ok(Acquired::Held(taken)) => granted.push((i, taken)),
+            Ok(Acquired::Busy { ttl }) => busy.push(ttl),
+            Err(err) => errors.push(err),
+        }
+        if granted.len() >= needed || granted.len() + pending.len() < needed {
+            break;
+        }
+    }
+    let give_back = |indices: Vec<usize>| {
+        let undo = undo.clone();
+        let nodes: Vec<Node> = indices.iter().map(|&i| nodes[i].clone()).collect();
+        let name = name.to_owned();
+        tokio::spawn(async move {
+            for node in nodes {
+                if let Err(err) = undo(node).await {
+                    tracing::debug!(key = %name, error = %err, "giving back a partial grant failed; it expires after its lease");
+                }
+            }
+        });
+    };
+    let mut success = granted.len() >= needed;
+    // Masters still to answer: if the attempt failed, whatever they grant
+    // later is given back; if it held, their grants are renewed along.
+    if !pending.is_empty() {
+        let (undo, nodes, name) = (undo.clone(), nodes.to_vec(), name.to_owned());
+        let failed = !success;
+        tokio::spawn(async move {
+            while let Some((i, outcome)) = pending.next().await {
+                if failed
+                    && matches!(outcome, Ok(Acquired::Held(_)))
+                    && let Err(err) = undo(nodes[i].clone()).await
+                {
+                    tracing::debug!(key = %name, error = %err, "giving back a late grant failed; it expires after its lease");
+                }
+            }
+        });
+    }
+    // Validity: what is left of the lease once the slowest needed master
+    // answered, less the drift margin.
+    if success && started.elapsed() + times.drift >= times.lease {
+        tracing::debug!(key = %name, elapsed = ?started.elapsed(), "quorum reached too late to use the lock");
+        success = false;
+    }
+    if !success {
+        give_back(granted.iter().map(|(i, _)| *i).collect());
+        let unreachable = errors.len();
+        if nodes.len() - unreachable < needed
+            && let Some(last) = errors.pop()
+        {
+            return Err(LockError::NoQuorum {
+                key: name.to_owned(),
+                needed,
+                nodes: nodes.len(),
+                unreachable,
+                last: Box::new(last),
+            });
+        }
+        let ttl = busy
+            .iter()
+            .try_fold(Duration::ZERO, |longest, ttl| ttl.map(|t| longest.max(t)));
+        return Ok(Acquired::Busy { ttl });
+    }
+    // One token and depth per lock: the largest any granting master gave.
+    let merged: Vec<Taken> = (0..keys.len())
+        .map(|lock| Taken {
+            fence: granted
+                .iter()
+                .map(|(_, t)| t[lock].fence)
+                .max()
+                .unwrap_or(0),
+            count: granted
+                .iter()
+                .map(|(_, t)| t[lock].count)
+                .max()
+                .unwrap_or(0),
+        })
+        .collect();
+    let counters: Vec<(&str, u64)> = keys
+        .iter()
+        .zip(&merged)
+        .map(|(keys, taken)| (keys.fence.as_str(), taken.fence))
+        .collect();
+    let raised = futures_util::future::join_all(
+        granted
+            .iter()
+            .map(|(i, _)| nodes[*i].raise_fences(name, &counters)),
+    )
+    .await;
+    let raised_on = raised.iter().filter(|r| r.is_ok()).count();
+    if raised_on < needed {
+        give_back(granted.iter().map(|(i, _)| *i).collect());
+        let last = raised
+            .into_iter()
+            .find_map(Result::err)
+            .map(Box::new)
+            .unwrap_or_else(|| Box::new(LockError::Config("fence raise failed".into())));
+        return Err(LockError::NoQuorum {
+            key: name.to_owned(),
+            needed,
+            nodes: nodes.len(),
+            unreachable: nodes.len() - raised_on,
+            last,
+        });
+    }
+    Ok(Acquired::Held(merged))
+}
+
+/// One release outcome from each master's: held somewhere still (the
+/// deepest re-entry left), free, or held nowhere.
+fn merge_released(outcomes: impl Iterator<Item = Released>) -> Released {
+    let mut merged = Released::NotHeld;
+    for outcome in outcomes {
+        merged = match (merged, outcome) {
+            (Released::StillHeld(a), Released::StillHeld(b)) => Released::StillHeld(a.max(b)),
+            (Released::StillHeld(a), _) | (_, Released::StillHeld(a)) => Released::StillHeld(a),
+            (Released::Free, _) | (_, Released::Free) => Released::Free,
+            _ => Released::NotHeld,
+        };
+    }
+    merged
+}
+
+/// The successful outcomes, or the last error if every store failed.
+fn successes<T>(outcomes: Vec<Result<T, LockError>>) -> Result<Vec<T>, LockError> {
+    let mut last_error = None;
+    let ok: Vec<T> = outcomes
+        .into_iter()
+        .filter_map(|outcome| outcome.map_err(|err| last_error = Some(err)).ok())
+        .collect();
+    match last_error {
+        Some(err) if ok.is_empty() => Err(err),
+        _ => Ok(ok),
+    }
+}
+
+/// Ok if any store succeeded.
+fn first_success(outcomes: Vec<Result<(), LockError>>) -> Result<(), LockError> {
+    successes(outcomes).map(drop)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_lock_needs_a_majority() {
+        assert_eq!(needed(1, 1), 1);
+        assert_eq!(needed(3, 1), 2);
+        assert_eq!(needed(5, 1), 3);
+        assert_eq!(needed(4, 1), 3);
+    }
+
+    #[test]
+    fn a_semaphore_needs_enough_masters_that_one_holder_too_many_cannot_fit() {
+        for nodes in 1..=7usize {
+            for permits in 1..=6u32 {
+                let k = permits as usize;
+                let q = needed(nodes, permits);
+                assert!(q <= nodes, "{nodes} masters, {permits} permits");
+                // k + 1 holders each granted by q masters exceed what the
+                // masters can grant together (k each)...
+                assert!(
+                    (k + 1) * q > k * nodes,
+                    "{nodes} masters, {permits} permits"
+                );
+                // ...and q is the smallest such number.
+                assert!((k + 1) * (q - 1) <= k * nodes);
+            }
+        }
+        assert_eq!(needed(5, 2), 4);
+    }
+
+    #[test]
+    fn release_outcomes_merge_to_the_most_held() {
+        use Released::*;
+        assert_eq!(merge_released([NotHeld, Free, NotHeld].into_iter()), Free);
+        assert_eq!(
+            merge_released([Free, StillHeld(2), StillHeld(1)].into_iter()),
+            StillHeld(2)
+        );
+        assert_eq!(merge_released([NotHeld, NotHeld].into_iter()), NotHeld);
+        assert_eq!(merge_released(std::iter::empty()), NotHeld);
+    }
+
+    #[test]
+    fn keys_group_by_slot_in_slot_order() {
+        let keys = ["lock:{b}", "lock:{a}", "lock:{b}:x", "lock:{c}"];
+        let groups = by_slot(keys.into_iter());
+        let slots: Vec<u16> = groups.iter().map(|g| slot(keys[g[0]])).collect();
+        let mut sorted = slots.clone();
+        sorted.sort_unstable();
+        assert_eq!(slots, sorted);
+        assert!(groups.iter().any(|g| g == &vec![0, 2]));
+        assert_eq!(groups.iter().map(Vec::len).sum::<usize>(), 4);
+    }
+}

@@ -1,0 +1,412 @@
+//! Connections to each kind of deployment behind one type, and the
+//! subscriber side used for release messages.
+//!
+//! A single server and each Redlock master get a redis-rs
+//! [`ConnectionManager`]; a Cluster gets a cluster connection, which routes
+//! each script by its first key (every key of a call shares one slot); a
+//! Sentinel-watched master gets a [`Following`] connection, which asks the
+//! sentinels for the master again whenever the one it talks to fails or
+//! turns into a replica.
+
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
+use redis::cluster::ClusterClientBuilder;
+use redis::cluster_async::ClusterConnection;
+use redis::cluster_routing::{
+    MultipleNodeRoutingInfo, Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr,
+};
+use redis::sentinel::{SentinelClient, SentinelNodeConnectionInfo, SentinelServerType};
+use redis::{
+    Cmd, ConnectionInfo, IntoConnectionInfo, Pipeline, ProtocolVersion, RedisError, RedisFuture,
+    RedisResult, Value,
+};
+
+use crate::config::Config;
+use crate::error::LockError;
+
+/// A command connection to one lock store.
+#[derive(Clone)]
+pub(crate) enum Conn {
+    Manager(ConnectionManager),
+    Cluster(ClusterConnection),
+    Following(Following),
+}
+
+impl ConnectionLike for Conn {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+        match self {
+            Conn::Manager(conn) => conn.req_packed_command(cmd),
+            Conn::Cluster(conn) => conn.req_packed_command(cmd),
+            Conn::Following(conn) => conn.req_packed_command(cmd),
+        }
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<Value>> {
+        match self {
+            Conn::Manager(conn) => conn.req_packed_commands(pipeline, offset, count),
+            Conn::Cluster(conn) => conn.req_packed_commands(pipeline, offset, count),
+            Conn::Following(conn) => conn.req_packed_commands(pipeline, offset, count),
+        }
+    }
+
+    fn get_db(&self) -> i64 {
+        match self {
+            Conn::Manager(conn) => conn.get_db(),
+            Conn::Cluster(conn) => conn.get_db(),
+            Conn::Following(conn) => conn.get_db(),
+        }
+    }
+}
+
+impl Conn {
+    /// `WAIT replicas timeout` on the master that serves `slot`, after the
+    /// writes this connection made: how many replicas have them.
+    pub(crate) async fn wait_replicas(
+        &mut self,
+        slot: u16,
+        replicas: u32,
+        timeout: Duration,
+    ) -> RedisResult<u32> {
+        let mut wait = redis::cmd("WAIT");
+        wait.arg(replicas).arg(timeout.as_millis() as u64);
+        match self {
+            // Routed by slot: WAIT names no key, and it must run on the
+            // connection to the master that took the writes.
+            Conn::Cluster(conn) => {
+                let route = Route::new(slot, SlotAddr::Master);
+                let reply = conn
+                    .route_command(
+                        wait,
+                        RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(route)),
+                    )
+                    .await?;
+                Ok(redis::from_redis_value(reply)?)
+            }
+            _ => wait.query_async(self).await,
+        }
+    }
+
+    /// `INFO server` of every server behind this connection (each master
+    /// and replica of a Cluster), as text.
+    pub(crate) async fn info_server(&mut self) -> RedisResult<Vec<String>> {
+        let mut info = redis::cmd("INFO");
+        info.arg("server");
+        match self {
+            Conn::Cluster(conn) => {
+                let reply = conn
+                    .route_command(
+                        info,
+                        RoutingInfo::MultiNode((MultipleNodeRoutingInfo::AllNodes, None)),
+                    )
+                    .await?;
+                Ok(texts(reply))
+            }
+            _ => Ok(vec![info.query_async(self).await?]),
+        }
+    }
+}
+
+/// Every text in a reply, however nested (a Cluster answers per node).
+fn texts(reply: Value) -> Vec<String> {
+    match reply {
+        Value::BulkString(bytes) => vec![String::from_utf8_lossy(&bytes).into_owned()],
+        Value::VerbatimString { text, .. } | Value::SimpleString(text) => vec![text],
+        Value::Array(items) | Value::Set(items) => items.into_iter().flat_map(texts).collect(),
+        Value::Map(pairs) => pairs.into_iter().flat_map(|(_, v)| texts(v)).collect(),
+        _ => Vec::new(),
+    }
+}
+
+/// Parses a URL, naming it in the error.
+pub(crate) fn connection_info(url: &str) -> Result<ConnectionInfo, LockError> {
+    url.into_connection_info()
+        .map_err(|err| LockError::Config(format!("bad Redis URL `{url}`: {err}")))
+}
+
+/// The same server with the RESP3 protocol, so that messages arrive as pushes.
+pub(crate) fn resp3(info: ConnectionInfo) -> ConnectionInfo {
+    let settings = info.redis_settings().clone();
+    info.set_redis_settings(settings.set_protocol(ProtocolVersion::RESP3))
+}
+
+/// A redis-rs client trusting the configured TLS roots if any.
+pub(crate) fn redis_client(
+    info: ConnectionInfo,
+    config: &Config,
+) -> Result<redis::Client, LockError> {
+    let client = match &config.tls_roots {
+        #[cfg(feature = "tls")]
+        Some(roots) => redis::Client::build_with_tls(
+            info,
+            redis::TlsCertificates {
+                client_tls: None,
+                root_cert: Some(roots.clone()),
+            },
+        ),
+        _ => redis::Client::open(info),
+    };
+    client.map_err(|err| LockError::from_redis(None, err))
+}
+
+/// Settings of every connection manager the client opens.
+pub(crate) fn manager_config(config: &Config) -> ConnectionManagerConfig {
+    ConnectionManagerConfig::new()
+        .set_connection_timeout(Some(config.connect_timeout))
+        .set_response_timeout(Some(config.command_timeout))
+        // Few quick retries per reconnection; every failed command starts a
+        // new reconnection, so this never gives up for good.
+        .set_number_of_retries(2)
+        .set_min_delay(Duration::from_millis(20))
+        .set_max_delay(Duration::from_millis(500))
+}
+
+/// A builder for cluster connections to these seed nodes; `resp3` for the
+/// subscriber, which needs pushes.
+pub(crate) fn cluster_builder(
+    urls: &[String],
+    config: &Config,
+    resp3_pushes: bool,
+) -> Result<ClusterClientBuilder, LockError> {
+    let nodes = urls
+        .iter()
+        .map(|url| connection_info(url).map(|info| if resp3_pushes { resp3(info) } else { info }))
+        .collect::<Result<Vec<_>, _>>()?;
+    let mut builder = ClusterClientBuilder::new(nodes)
+        .connection_timeout(config.connect_timeout)
+        .response_timeout(config.command_timeout)
+        .retries(3)
+        .min_retry_wait(20)
+        .max_retry_wait(500);
+    if resp3_pushes {
+        builder = builder.use_protocol(ProtocolVersion::RESP3);
+    }
+    #[cfg(feature = "tls")]
+    if let Some(roots) = &config.tls_roots {
+        builder = builder.certs(redis::TlsCertificates {
+            client_tls: None,
+            root_cert: Some(roots.clone()),
+        });
+    }
+    Ok(builder)
+}
+
+/// The sentinels of one service, asked for its master.
+pub(crate) struct Sentinels {
+    client: tokio::sync::Mutex<SentinelClient>,
+}
+
+impl Sentinels {
+    /// Sentinels at `urls` watching `service`; the data nodes are reached
+    /// with the credentials and database of the first URL, and `protocol`.
+    pub(crate) fn new(
+        urls: &[String],
+        service: &str,
+        protocol: ProtocolVersion,
+    ) -> Result<Sentinels, LockError> {
+        let infos = urls
+            .iter()
+            .map(|url| connection_info(url))
+            .collect::<Result<Vec<_>, _>>()?;
+        let node = infos
+            .first()
+            .map(|first| first.redis_settings().clone().set_protocol(protocol))
+            .ok_or_else(|| LockError::Config("no sentinel URL given".into()))?;
+        // Sentinels themselves take no database number and speak RESP2.
+        let sentinel_infos: Vec<ConnectionInfo> = infos
+            .into_iter()
+            .map(|info| {
+                let settings = info.redis_settings().clone().set_db(0);
+                info.set_redis_settings(settings)
+            })
+            .collect();
+        let client = SentinelClient::build(
+            sentinel_infos,
+            service.to_owned(),
+            Some(SentinelNodeConnectionInfo::default().set_redis_connection_info(node)),
+            SentinelServerType::Master,
+        )
+        .map_err(|err| LockError::from_redis(None, err))?;
+        Ok(Sentinels {
+            client: tokio::sync::Mutex::new(client),
+        })
+    }
+
+    /// A client for the master the sentinels report now (checked to be
+    /// master by asking it its role).
+    pub(crate) async fn master(&self) -> RedisResult<redis::Client> {
+        self.client.lock().await.async_get_client().await
+    }
+}
+
+/// A connection to whichever server the sentinels report as master.
+///
+/// Commands go to the current master through a [`ConnectionManager`]. When
+/// one fails with a connection error, or with READONLY because the server
+/// became a replica in a failover, the sentinels are asked again and, if the
+/// master moved, a new manager replaces the old one. A READONLY command was
+/// not carried out, so it is sent once more to the new master; any other
+/// failed command is returned as an error (it may or may not have run), and
+/// the callers retry as they do after any connection error.
+#[derive(Clone)]
+pub(crate) struct Following {
+    shared: Arc<FollowingShared>,
+    db: i64,
+}
+
+struct FollowingShared {
+    sentinels: Arc<Sentinels>,
+    config: ConnectionManagerConfig,
+    /// Called after commands moved to a new master.
+    on_switch: OnSwitch,
+    current: RwLock<(String, ConnectionManager)>,
+    /// Held while the sentinels are asked, so that one failure makes one
+    /// lookup however many commands failed with it.
+    refreshing: tokio::sync::Mutex<()>,
+}
+
+/// What to do once a [`Following`] connection moved to a new master.
+pub(crate) type OnSwitch = Arc<dyn Fn() + Send + Sync>;
+
+impl Following {
+    /// Connects to the current master with `config` (a push sender in it
+    /// carries over to every later master).
+    pub(crate) async fn connect(
+        sentinels: Arc<Sentinels>,
+        config: ConnectionManagerConfig,
+        on_switch: OnSwitch,
+    ) -> RedisResult<Following> {
+        let master = sentinels.master().await?;
+        let address = master.get_connection_info().addr().to_string();
+        let db = master.get_connection_info().redis_settings().db();
+        let manager = ConnectionManager::new_with_config(master, config.clone()).await?;
+        Ok(Following {
+            shared: Arc::new(FollowingShared {
+                sentinels,
+                config,
+                on_switch,
+                current: RwLock::new((address, manager)),
+                refreshing: tokio::sync::Mutex::new(()),
+            }),
+            db,
+        })
+    }
+
+    fn current(&self) -> (String, ConnectionManager) {
+        // Only ever replaced whole; a panic cannot leave it torn.
+        self.shared
+            .current
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// The address of the master commands go to now.
+    pub(crate) fn address(&self) -> String {
+        self.current().0
+    }
+
+    /// The manager commands go to now.
+    pub(crate) fn manager(&self) -> ConnectionManager {
+        self.current().1
+    }
+
+    /// Asks the sentinels for the master and switches to it if it moved
+    /// since `seen` (the address the failed command went to). True when
+    /// commands now go elsewhere.
+    pub(crate) async fn refresh(&self, seen: &str) -> bool {
+        let _one_at_a_time = self.shared.refreshing.lock().await;
+        if self.address() != seen {
+            return true; // another caller switched already
+        }
+        let master = match self.shared.sentinels.master().await {
+            Ok(master) => master,
+            Err(err) => {
+                tracing::debug!(error = %err, "asking the sentinels for the master failed");
+                return false;
+            }
+        };
+        let address = master.get_connection_info().addr().to_string();
+        if address == seen {
+            return false;
+        }
+        match ConnectionManager::new_with_config(master, self.shared.config.clone()).await {
+            Ok(manager) => {
+                tracing::info!(from = %seen, to = %address, "following the master to its new address");
+                *self
+                    .shared
+                    .current
+                    .write()
+                    .unwrap_or_else(|e| e.into_inner()) = (address, manager);
+                (self.shared.on_switch)();
+                true
+            }
+            Err(err) => {
+                tracing::debug!(error = %err, master = %address, "connecting to the new master failed");
+                false
+            }
+        }
+    }
+
+    /// After a failed command: follow the master if it moved, and say
+    /// whether the command can be sent again (it was refused as READONLY,
+    /// so it did not run, and there is a new master to send it to).
+    async fn after_failure(&self, seen: &str, err: &RedisError) -> bool {
+        if !moved_master(err) {
+            return false;
+        }
+        let read_only = err.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::ReadOnly);
+        self.refresh(seen).await && read_only
+    }
+}
+/// Whether an error suggests the master is no longer where it was.
+fn moved_master(err: &RedisError) -> bool {
+    err.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::ReadOnly)
+        || err.is_io_error()
+        || err.is_connection_refusal()
+        || err.is_connection_dropped()
+        || err.is_timeout()
+}
+
+impl ConnectionLike for Following {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+        Box::pin(async move {
+            let (seen, mut manager) = self.current();
+            match manager.req_packed_command(cmd).await {
+                Err(err) if self.after_failure(&seen, &err).await => {
+                    self.manager().req_packed_command(cmd).await
+                }
+                other => other,
+            }
+        })
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<Value>> {
+        Box::pin(async move {
+            let (seen, mut manager) = self.current();
+            match manager.req_packed_commands(pipeline, offset, count).await {
+                Err(err) if self.after_failure(&seen, &err).await => {
+                    self.manager()
+                        .req_packed_commands(pipeline, offset, count)
+                        .await
+                }
+                other => other,
+            }
+        })
+    }
+
+    fn get_db(&self) -> i64 {
+        self.db
+    }
+}
