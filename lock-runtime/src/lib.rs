@@ -64,6 +64,8 @@ mod error;
 mod guard;
 mod install;
 mod keys;
+#[allow(dead_code)] // Until `LockClient::in_memory` uses it.
+mod memory;
 mod request;
 mod scope;
 mod scripts;
