@@ -84,6 +84,33 @@ pub(crate) fn needed(nodes: usize, holders: u32) -> usize {
 }
 
 impl Backend {
+    /// Runs `call` on every store and returns the outcomes once a majority
+    /// of them succeeded (or all answered): a stopped master must not make
+    /// every release wait for its timeout. The other calls go on in the
+    /// background.
+    async fn on_enough<T, C, F>(&self, call: C) -> Vec<Result<T, LockError>>
+    where
+        C: Fn(Node) -> F,
+        F: Future<Output = Result<T, LockError>> + Send + 'static,
+        T: Send + 'static,
+    {
+        let nodes = self.nodes();
+        let enough = needed(nodes.len(), 1);
+        let mut pending: FuturesUnordered<F> =
+            nodes.iter().map(|node| call(node.clone())).collect();
+        let mut outcomes = Vec::new();
+        while let Some(outcome) = pending.next().await {
+            outcomes.push(outcome);
+            if outcomes.iter().filter(|o| o.is_ok()).count() >= enough {
+                break;
+            }
+        }
+        if !pending.is_empty() {
+            tokio::spawn(async move { while pending.next().await.is_some() {} });
+        }
+        outcomes
+    }
+
     pub(crate) fn new(topology: Topology) -> Backend {
         Backend {
             topology: Arc::new(topology),
@@ -277,13 +304,14 @@ impl Backend {
         keys: &LockKeys,
         owner: &str,
     ) -> Result<(), LockError> {
-        let outcomes = futures_util::future::join_all(
-            self.nodes()
-                .iter()
-                .map(|node| node.leave_line(name, keys, owner)),
-        )
-        .await;
-        first_success(outcomes)
+        let (name, keys, owner) = (name.to_owned(), keys.clone(), owner.to_owned());
+        let outcomes = self
+            .on_enough(move |node| {
+                let (name, keys, owner) = (name.clone(), keys.clone(), owner.clone());
+                async move { node.leave_line(&name, &keys, &owner).await }
+            })
+            .await;
+        successes(outcomes).map(drop)
     }
 
     /// Gives back one level of a place in a leased set (every level when
@@ -296,12 +324,26 @@ impl Backend {
         owner: &str,
         all: bool,
     ) -> Result<Released, LockError> {
-        let outcomes = futures_util::future::join_all(
-            self.nodes()
-                .iter()
-                .map(|node| node.release_place(name, place, announce, owner, all)),
-        )
-        .await;
+        let (name, owner) = (name.to_owned(), owner.to_owned());
+        let (set, holders) = (place.0.to_owned(), place.1.to_owned());
+        let (channel, queue) = (announce.0.to_owned(), announce.1.map(str::to_owned));
+        let outcomes = self
+            .on_enough(move |node| {
+                let (name, owner) = (name.clone(), owner.clone());
+                let (set, holders) = (set.clone(), holders.clone());
+                let (channel, queue) = (channel.clone(), queue.clone());
+                async move {
+                    node.release_place(
+                        &name,
+                        (&set, &holders),
+                        (&channel, queue.as_deref()),
+                        &owner,
+                        all,
+                    )
+                    .await
+                }
+            })
+            .await;
         let per_node = successes(outcomes)?;
         Ok(merge_released(per_node.iter().map(|r| *r)))
     }
@@ -332,13 +374,14 @@ impl Backend {
                 }
                 Ok(released)
             }
-            Topology::Quorum(nodes) => {
-                let outcomes = futures_util::future::join_all(
-                    nodes
-                        .iter()
-                        .map(|node| node.release(name, keys, owner, all)),
-                )
-                .await;
+            Topology::Quorum(_) => {
+                let (name, keys_, owner) = (name.to_owned(), keys.to_vec(), owner.to_owned());
+                let outcomes = self
+                    .on_enough(move |node| {
+                        let (name, keys, owner) = (name.clone(), keys_.clone(), owner.clone());
+                        async move { node.release(&name, &keys, &owner, all).await }
+                    })
+                    .await;
                 let per_node = successes(outcomes)?;
                 Ok((0..keys.len())
                     .map(|i| merge_released(per_node.iter().map(|node| node[i])))
@@ -627,7 +670,15 @@ where
         success = false;
     }
     if !success {
+        let split = !granted.is_empty();
         give_back(granted.iter().map(|(i, _)| *i).collect());
+        if split {
+            // Contenders that split the masters between them would split
+            // them again if all retried at once, woken by each other's give
+            // backs: a random pause lets one of them go first (the Redlock
+            // paper's random retry delay).
+            tokio::time::sleep(split_pause()).await;
+        }
         let unreachable = errors.len();
         if nodes.len() - unreachable < needed
             && let Some(last) = errors.pop()
@@ -690,6 +741,16 @@ where
     Ok(Acquired::Held(merged))
 }
 
+/// A random pause of 1 to 25 ms.
+fn split_pause() -> Duration {
+    use std::hash::{BuildHasher, Hasher};
+    // Each RandomState is seeded afresh: enough randomness for a backoff.
+    let random = std::collections::hash_map::RandomState::new()
+        .build_hasher()
+        .finish();
+    Duration::from_millis(1 + random % 25)
+}
+
 /// One release outcome from each master's: held somewhere still (the
 /// deepest re-entry left), free, or held nowhere.
 fn merge_released(outcomes: impl Iterator<Item = Released>) -> Released {
@@ -716,11 +777,6 @@ fn successes<T>(outcomes: Vec<Result<T, LockError>>) -> Result<Vec<T>, LockError
         Some(err) if ok.is_empty() => Err(err),
         _ => Ok(ok),
     }
-}
-
-/// Ok if any store succeeded.
-fn first_success(outcomes: Vec<Result<(), LockError>>) -> Result<(), LockError> {
-    successes(outcomes).map(drop)
 }
 
 #[cfg(test)]

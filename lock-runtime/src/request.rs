@@ -247,6 +247,7 @@ impl LockRequest {
                 // Sleep until the holder's lease would run out at the latest.
                 Ok(Err(ttl)) => {
                     last_error = None;
+                    tracing::trace!(?ttl, live = watch.is_live(), "still busy");
                     ttl.map_or(deadline, |ttl| now + ttl + Duration::from_millis(1))
                 }
                 // Redis unreachable or slow: keep trying within the wait

@@ -92,3 +92,76 @@ pub fn spawn_acquire(
         (std::time::Instant::now(), outcome)
     })
 }
+
+/// What [`contend`] saw.
+#[derive(Debug, Default)]
+pub struct Contention {
+    /// Times a body started while another was inside.
+    pub overlaps: usize,
+    /// The counter every body incremented by read, yield, write.
+    pub count: u64,
+    /// Fencing tokens in the order the bodies ran.
+    pub fences: Vec<u64>,
+    /// Acquisitions that failed (each error's text).
+    pub errors: Vec<String>,
+}
+
+/// `tasks` tasks spread over `clients` each take the lock `name` `rounds`
+/// times and increment a shared counter inside by read, yield, write, which
+/// only mutual exclusion keeps exact. Failed acquisitions are counted, not
+/// fatal, so that tests with faults can run through them.
+pub async fn contend(
+    clients: &[LockClient],
+    name: &str,
+    tasks: usize,
+    rounds: usize,
+    lease: Duration,
+) -> Contention {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::{Arc, Mutex};
+    let seen = Arc::new(Mutex::new(Contention::default()));
+    let inside = Arc::new(AtomicUsize::new(0));
+    let mut handles = Vec::new();
+    for task in 0..tasks {
+        let locks = clients[task % clients.len()].clone();
+        let (name, seen, inside) = (name.to_owned(), seen.clone(), inside.clone());
+        handles.push(tokio::spawn(async move {
+            for _ in 0..rounds {
+                let guard = match locks
+                    .lock(name.as_str())
+                    .lease(lease)
+                    .wait(Duration::from_secs(60))
+                    .acquire()
+                    .await
+                {
+                    Ok(guard) => guard,
+                    Err(err) => {
+                        seen.lock().unwrap().errors.push(err.to_string());
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                        continue;
+                    }
+                };
+                if inside.fetch_add(1, Ordering::SeqCst) != 0 {
+                    seen.lock().unwrap().overlaps += 1;
+                }
+                let count = {
+                    let mut seen = seen.lock().unwrap();
+                    seen.fences.push(guard.fence());
+                    seen.count
+                };
+                tokio::task::yield_now().await;
+                tokio::time::sleep(Duration::from_micros(300)).await;
+                seen.lock().unwrap().count = count + 1;
+                inside.fetch_sub(1, Ordering::SeqCst);
+                let _ = guard.release().await;
+            }
+        }));
+    }
+    for handle in handles {
+        handle.await.expect("task panicked");
+    }
+    Arc::try_unwrap(seen)
+        .expect("tasks are done")
+        .into_inner()
+        .unwrap()
+}

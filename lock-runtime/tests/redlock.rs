@@ -1,0 +1,210 @@
+//! Redlock over five independent masters, each a real `redis-server`:
+//! mutual exclusion and growing fencing tokens while one or two masters are
+//! stopped or killed, and clean failures when a majority is gone.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{QUARANTINE, contend};
+use lock_runtime::{Deployment, LockClient, LockError};
+use lock_testkit::{RedisServer, unique_key};
+
+fn masters(n: usize) -> Vec<RedisServer> {
+    (0..n).map(|_| RedisServer::start()).collect()
+}
+
+async fn redlock(masters: &[RedisServer]) -> LockClient {
+    LockClient::builder(Deployment::redlock(masters.iter().map(RedisServer::url)))
+        .connect_timeout(Duration::from_secs(1))
+        .command_timeout(Duration::from_millis(300))
+        .restart_quarantine(QUARANTINE)
+        .connect()
+        .await
+        .expect("connect to the masters")
+}
+
+/// Whether the lock key is on the master (for counting where a lock is).
+fn has_key(master: &RedisServer, name: &str) -> bool {
+    master.cli(&["EXISTS", &common::lock_key(name)]) == "1"
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn exclusion_holds_while_a_master_is_paused_and_another_killed() {
+    let mut masters = masters(5);
+    let clients = [redlock(&masters).await, redlock(&masters).await];
+    let name = unique_key("redlock");
+
+    let quiet = contend(&clients, &name, 8, 10, Duration::from_secs(2)).await;
+    assert_eq!(quiet.errors, Vec::<String>::new());
+
+    // One master frozen (answers nothing), one dead: three still agree.
+    masters[1].pause();
+    masters[3].kill();
+    let faulty = contend(&clients, &name, 8, 10, Duration::from_secs(2)).await;
+    masters[1].resume();
+
+    for run in [&quiet, &faulty] {
+        assert_eq!(run.overlaps, 0, "two bodies overlapped");
+        assert_eq!(run.count, run.fences.len() as u64, "lost an update");
+    }
+    assert_eq!(
+        faulty.count, 80,
+        "errors with three masters up: {:?}",
+        faulty.errors
+    );
+    let fences: Vec<u64> = quiet.fences.iter().chain(&faulty.fences).copied().collect();
+    assert!(
+        fences.windows(2).all(|w| w[0] < w[1]),
+        "fencing tokens must grow with each holder: {fences:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lock_is_held_on_a_majority_and_released_everywhere() {
+    let masters = masters(5);
+    let locks = redlock(&masters).await;
+    let name = unique_key("majority");
+    let guard = locks.lock(name.as_str()).acquire().await.expect("acquire");
+    let holding = masters.iter().filter(|m| has_key(m, &name)).count();
+    assert!(holding >= 3, "held on {holding} of 5 masters");
+
+    // A second client finds it taken.
+    let other = redlock(&masters).await;
+    let err = other
+        .lock(name.as_str())
+        .wait(Duration::ZERO)
+        .acquire()
+        .await
+        .expect_err("taken");
+    assert!(err.is_timeout(), "{err}");
+
+    guard.release().await.expect("release");
+    assert_eq!(masters.iter().filter(|m| has_key(m, &name)).count(), 0);
+    let again = other
+        .lock(name.as_str())
+        .wait(Duration::ZERO)
+        .acquire()
+        .await;
+    assert!(again.is_ok(), "free after release: {:?}", again.err());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fencing_tokens_keep_growing_when_majorities_change() {
+    let mut masters = masters(5);
+    let locks = redlock(&masters).await;
+    let name = unique_key("fences");
+    let mut last = 0;
+    // Each round a different pair of masters is down, so consecutive
+    // holders are granted by different majorities, with different counters.
+    // A grant a paused master makes once it resumes stays until its lease
+    // runs out (the release could not reach it): short leases.
+    for round in 0..5 {
+        let (a, b) = (round % 5, (round + 2) % 5);
+        masters[a].pause();
+        masters[b].pause();
+        let guard = locks
+            .lock(name.as_str())
+            .lease(Duration::from_secs(1))
+            .wait(Duration::from_secs(5))
+            .acquire()
+            .await
+            .unwrap_or_else(|err| panic!("round {round}: {err}"));
+        assert!(
+            guard.fence() > last,
+            "round {round}: {} after {last}",
+            guard.fence()
+        );
+        last = guard.fence();
+        guard.release().await.expect("release");
+        masters[a].resume();
+        masters[b].resume();
+    }
+    // A master restarted empty counts on from its clock, and the raise
+    // keeps the others above every token handed out.
+    masters[0].restart();
+    let guard = locks
+        .lock(name.as_str())
+        .wait(Duration::from_secs(10))
+        .acquire()
+        .await
+        .expect("acquire after a restart");
+    assert!(guard.fence() > last);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_a_majority_acquisitions_fail_cleanly() {
+    let mut masters = masters(5);
+    let locks = redlock(&masters).await;
+    let name = unique_key("no-quorum");
+    let held = locks.lock(name.as_str()).acquire().await.expect("acquire");
+    for master in &mut masters[..3] {
+        master.kill();
+    }
+    let started = std::time::Instant::now();
+    let err = locks
+        .lock(format!("{name}:other"))
+        .wait(Duration::from_secs(1))
+        .acquire()
+        .await
+        .expect_err("no majority");
+    assert!(
+        matches!(
+            err,
+            LockError::NoQuorum {
+                needed: 3,
+                nodes: 5,
+                ..
+            }
+        ),
+        "expected NoQuorum, got {err}"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "took {:?}",
+        started.elapsed()
+    );
+    // The lock held before is lost once renewals cannot reach a majority.
+    tokio::time::timeout(Duration::from_secs(40), held.lost())
+        .await
+        .expect("the held lock is declared lost");
+    // Nothing was left on the surviving masters by the failed attempt.
+    let other = format!("{name}:other");
+    assert!(masters[3..].iter().all(|m| !has_key(m, &other)));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_semaphore_never_has_more_holders_than_permits() {
+    let masters = masters(5);
+    let clients = [redlock(&masters).await, redlock(&masters).await];
+    let name = unique_key("permits");
+    let inside = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let most = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let mut tasks = Vec::new();
+    for task in 0..6 {
+        let locks = clients[task % 2].clone();
+        let (name, inside, most) = (name.clone(), inside.clone(), most.clone());
+        tasks.push(tokio::spawn(async move {
+            use std::sync::atomic::Ordering::SeqCst;
+            for _ in 0..5 {
+                let permit = locks
+                    .semaphore(name.as_str(), 2)
+                    .wait(Duration::from_secs(30))
+                    .acquire()
+                    .await
+                    .expect("permit");
+                let now = inside.fetch_add(1, SeqCst) + 1;
+                most.fetch_max(now, SeqCst);
+                tokio::time::sleep(Duration::from_millis(5)).await;
+                inside.fetch_sub(1, SeqCst);
+                permit.release().await.expect("release");
+            }
+        }));
+    }
+    for task in tasks {
+        task.await.expect("task");
+    }
+    let most = most.load(std::sync::atomic::Ordering::SeqCst);
+    assert!(most <= 2, "{most} holders of 2 permits");
+    assert_eq!(most, 2, "both permits were never used at once");
+}
