@@ -345,7 +345,7 @@ impl Backend {
             })
             .await;
         let per_node = successes(outcomes)?;
-        Ok(merge_released(per_node.iter().map(|r| *r)))
+        Ok(merge_released(per_node.iter().copied()))
     }
 
     /// Counts each lock in `keys` one level down (every level when `all`).

@@ -5,7 +5,6 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use redis::ProtocolVersion;
 use redis::aio::ConnectionManager;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
@@ -175,8 +174,9 @@ async fn connect_deployment(
             Ok((vec![node], vec![Subscriber::Cluster(subscriber)], 1))
         }
         Deployment::Sentinel { sentinels, service } => {
-            let commands = Arc::new(Sentinels::new(sentinels, service, ProtocolVersion::RESP2)?);
-            let pushes = Arc::new(Sentinels::new(sentinels, service, ProtocolVersion::RESP3)?);
+            // One set of sentinels for every connection: whichever learns of
+            // a new master first moves the others before their next command.
+            let sentinels_ = Arc::new(Sentinels::new(sentinels, service)?);
             let settings = connection::manager_config(config);
             // When commands move to a new master, the locks held on the old
             // one are checked there at once, and the subscriber follows.
@@ -190,14 +190,21 @@ async fn connect_deployment(
             };
             let quiet: OnSwitch = Arc::new(|| {});
             let opened = async {
-                let conn =
-                    Following::connect(commands.clone(), settings.clone(), on_switch).await?;
+                let conn = Following::connect(
+                    sentinels_.clone(),
+                    settings.clone(),
+                    on_switch.clone(),
+                    false,
+                )
+                .await?;
                 let replicated =
-                    Following::connect(commands, settings.clone(), quiet.clone()).await?;
+                    Following::connect(sentinels_.clone(), settings.clone(), on_switch, false)
+                        .await?;
                 let subscriber = Following::connect(
-                    pushes,
+                    sentinels_,
                     settings.set_push_sender(wakeups.push_handler(0, registry.clone())),
                     quiet,
+                    true,
                 )
                 .await?;
                 Ok::<_, redis::RedisError>((conn, replicated, subscriber))

@@ -200,23 +200,22 @@ pub(crate) fn cluster_builder(
 /// The sentinels of one service, asked for its master.
 pub(crate) struct Sentinels {
     client: tokio::sync::Mutex<SentinelClient>,
+    /// The master address last learned, so that every connection through
+    /// these sentinels moves as soon as one of them found the new master.
+    latest: RwLock<Option<String>>,
 }
 
 impl Sentinels {
     /// Sentinels at `urls` watching `service`; the data nodes are reached
-    /// with the credentials and database of the first URL, and `protocol`.
-    pub(crate) fn new(
-        urls: &[String],
-        service: &str,
-        protocol: ProtocolVersion,
-    ) -> Result<Sentinels, LockError> {
+    /// with the credentials and database of the first URL.
+    pub(crate) fn new(urls: &[String], service: &str) -> Result<Sentinels, LockError> {
         let infos = urls
             .iter()
             .map(|url| connection_info(url))
             .collect::<Result<Vec<_>, _>>()?;
         let node = infos
             .first()
-            .map(|first| first.redis_settings().clone().set_protocol(protocol))
+            .map(|first| first.redis_settings().clone())
             .ok_or_else(|| LockError::Config("no sentinel URL given".into()))?;
         // Sentinels themselves take no database number and speak RESP2.
         let sentinel_infos: Vec<ConnectionInfo> = infos
@@ -228,20 +227,32 @@ impl Sentinels {
             .collect();
         let client = SentinelClient::build(
             sentinel_infos,
-            service.to_owned(),
+            service,
             Some(SentinelNodeConnectionInfo::default().set_redis_connection_info(node)),
             SentinelServerType::Master,
         )
         .map_err(|err| LockError::from_redis(None, err))?;
         Ok(Sentinels {
             client: tokio::sync::Mutex::new(client),
+            latest: RwLock::new(None),
         })
     }
 
     /// A client for the master the sentinels report now (checked to be
     /// master by asking it its role).
     pub(crate) async fn master(&self) -> RedisResult<redis::Client> {
-        self.client.lock().await.async_get_client().await
+        let master = self.client.lock().await.async_get_client().await?;
+        *self.latest.write().unwrap_or_else(|e| e.into_inner()) =
+            Some(master.get_connection_info().addr().to_string());
+        Ok(master)
+    }
+
+    /// The master address last learned, if any.
+    fn latest(&self) -> Option<String> {
+        self.latest
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 }
 
@@ -265,6 +276,8 @@ struct FollowingShared {
     config: ConnectionManagerConfig,
     /// Called after commands moved to a new master.
     on_switch: OnSwitch,
+    /// Connects with RESP3, for pub/sub pushes.
+    pushes: bool,
     current: RwLock<(String, ConnectionManager)>,
     /// Held while the sentinels are asked, so that one failure makes one
     /// lookup however many commands failed with it.
@@ -281,8 +294,9 @@ impl Following {
         sentinels: Arc<Sentinels>,
         config: ConnectionManagerConfig,
         on_switch: OnSwitch,
+        pushes: bool,
     ) -> RedisResult<Following> {
-        let master = sentinels.master().await?;
+        let master = with_pushes(sentinels.master().await?, pushes)?;
         let address = master.get_connection_info().addr().to_string();
         let db = master.get_connection_info().redis_settings().db();
         let manager = ConnectionManager::new_with_config(master, config.clone()).await?;
@@ -291,6 +305,7 @@ impl Following {
                 sentinels,
                 config,
                 on_switch,
+                pushes,
                 current: RwLock::new((address, manager)),
                 refreshing: tokio::sync::Mutex::new(()),
             }),
@@ -305,6 +320,19 @@ impl Following {
             .read()
             .unwrap_or_else(|e| e.into_inner())
             .clone()
+    }
+
+    /// The connection to send on: the current one, unless another
+    /// connection through the same sentinels learned of a new master.
+    async fn up_to_date(&self) -> (String, ConnectionManager) {
+        let (address, manager) = self.current();
+        match self.shared.sentinels.latest() {
+            Some(latest) if latest != address => {
+                self.refresh(&address).await;
+                self.current()
+            }
+            _ => (address, manager),
+        }
     }
 
     /// The address of the master commands go to now.
@@ -325,7 +353,13 @@ impl Following {
         if self.address() != seen {
             return true; // another caller switched already
         }
-        let master = match self.shared.sentinels.master().await {
+        let master = match self
+            .shared
+            .sentinels
+            .master()
+            .await
+            .and_then(|master| with_pushes(master, self.shared.pushes))
+        {
             Ok(master) => master,
             Err(err) => {
                 tracing::debug!(error = %err, "asking the sentinels for the master failed");
@@ -361,10 +395,21 @@ impl Following {
         if !moved_master(err) {
             return false;
         }
-        let read_only = err.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::ReadOnly);
-        self.refresh(seen).await && read_only
+        // Refused as READONLY, or never connected: the command did not run.
+        let did_not_run = err.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::ReadOnly)
+            || err.is_connection_refusal();
+        self.refresh(seen).await && did_not_run
     }
 }
+/// The same master's client, speaking RESP3 when `pushes` is set.
+fn with_pushes(master: redis::Client, pushes: bool) -> RedisResult<redis::Client> {
+    if pushes {
+        redis::Client::open(resp3(master.get_connection_info().clone()))
+    } else {
+        Ok(master)
+    }
+}
+
 /// Whether an error suggests the master is no longer where it was.
 fn moved_master(err: &RedisError) -> bool {
     err.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::ReadOnly)
@@ -377,7 +422,7 @@ fn moved_master(err: &RedisError) -> bool {
 impl ConnectionLike for Following {
     fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
         Box::pin(async move {
-            let (seen, mut manager) = self.current();
+            let (seen, mut manager) = self.up_to_date().await;
             match manager.req_packed_command(cmd).await {
                 Err(err) if self.after_failure(&seen, &err).await => {
                     self.manager().req_packed_command(cmd).await
@@ -394,7 +439,7 @@ impl ConnectionLike for Following {
         count: usize,
     ) -> RedisFuture<'a, Vec<Value>> {
         Box::pin(async move {
-            let (seen, mut manager) = self.current();
+            let (seen, mut manager) = self.up_to_date().await;
             match manager.req_packed_commands(pipeline, offset, count).await {
                 Err(err) if self.after_failure(&seen, &err).await => {
                     self.manager()

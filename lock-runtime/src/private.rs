@@ -16,14 +16,16 @@ pub fn default_client() -> Result<LockClient, LockError> {
 }
 
 /// Takes a lock of `kind` over `keys` (several only for `Exclusive`), with
-/// the attribute's lease and wait where given and the client's defaults
-/// elsewhere.
+/// the attribute's lease, wait and `min_replicas` where given and the
+/// client's defaults elsewhere. `min_replicas: Some(0)` turns the client's
+/// `min_replicas` off for this lock.
 pub async fn acquire_kind(
     client: &LockClient,
     kind: Kind,
     keys: Vec<String>,
     lease: Option<Duration>,
     wait: Option<Duration>,
+    min_replicas: Option<u32>,
 ) -> Result<LockGuard, LockError> {
     if kind != Kind::Exclusive && keys.len() != 1 {
         return Err(LockError::Config(
@@ -36,6 +38,9 @@ pub async fn acquire_kind(
     }
     if let Some(wait) = wait {
         request = request.wait(wait);
+    }
+    if let Some(replicas) = min_replicas {
+        request = request.min_replicas(replicas);
     }
     request.acquire().await
 }

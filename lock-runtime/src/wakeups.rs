@@ -436,11 +436,17 @@ impl Subscriber {
         }
     }
 
-    /// Before subscribing again: find the master anew if it may have moved.
-    async fn reconnect(&mut self) {
+    /// Before subscribing again: find the master anew if it may have
+    /// moved, and check that it answers. Finding it also moves the
+    /// client's command connections there before their next command.
+    async fn reconnect(&mut self) -> redis::RedisResult<()> {
         if let Subscriber::Following(conn) = self {
             conn.refresh(&conn.address()).await;
+            redis::cmd("PING")
+                .query_async::<()>(&mut conn.manager())
+                .await?;
         }
+        Ok(())
     }
 }
 
@@ -564,11 +570,10 @@ async fn resubscribe(stores: &mut Stores, channels: &Channels) -> bool {
         if *live {
             continue;
         }
-        subscriber.reconnect().await;
-        let outcome = if names.is_empty() {
-            Ok(())
-        } else {
-            subscriber.subscribe(&names).await
+        let outcome = match subscriber.reconnect().await {
+            Ok(()) if names.is_empty() => Ok(()),
+            Ok(()) => subscriber.subscribe(&names).await,
+            Err(err) => Err(err),
         };
         match outcome {
             Ok(()) => {

@@ -12,7 +12,7 @@ use lock_testkit::{RedisServer, free_port, unique_key};
 async fn unreachable_redis_fails_to_connect_in_bounded_time() {
     let port = free_port();
     let started = Instant::now();
-    let err = LockClient::builder(&format!("redis://127.0.0.1:{port}"))
+    let err = LockClient::builder(format!("redis://127.0.0.1:{port}"))
         .connect_timeout(Duration::from_millis(500))
         .connect()
         .await
@@ -34,7 +34,7 @@ async fn a_wrong_password_is_an_auth_error() {
     assert!(matches!(err, LockError::Auth { .. }), "{err:?}");
     assert!(started.elapsed() < Duration::from_secs(10));
 
-    let missing = LockClient::connect(&server.url())
+    let missing = LockClient::connect(server.url())
         .await
         .expect_err("no password");
     assert!(matches!(missing, LockError::Auth { .. }), "{missing:?}");
@@ -48,7 +48,7 @@ async fn a_wrong_password_is_an_auth_error() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_database_number_comes_from_the_url() {
     let server = RedisServer::start();
-    let locks = LockClient::connect(&format!("{}3", server.url()))
+    let locks = LockClient::connect(format!("{}3", server.url()))
         .await
         .expect("connect");
     let name = unique_key("db");
@@ -152,7 +152,7 @@ async fn bad_names_and_settings_are_config_errors() {
         .acquire()
         .await;
     assert!(matches!(short, Err(LockError::Config(_))));
-    let braces = LockClient::builder(&server.url())
+    let braces = LockClient::builder(server.url())
         .prefix("a{b}")
         .connect()
         .await;

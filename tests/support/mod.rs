@@ -5,7 +5,7 @@ use lock_testkit::RedisServer;
 
 /// A client of `server`, failing the test with the server log if it cannot connect.
 pub async fn connect(server: &RedisServer) -> LockClient {
-    LockClient::connect(&server.url())
+    LockClient::connect(server.url())
         .await
         .unwrap_or_else(|err| panic!("connect: {err}\n{}", server.log()))
 }

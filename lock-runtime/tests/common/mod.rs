@@ -13,7 +13,7 @@ pub async fn client(server: &RedisServer) -> LockClient {
 }
 
 pub fn builder(server: &RedisServer) -> lock_runtime::LockClientBuilder {
-    LockClient::builder(&server.url())
+    LockClient::builder(server.url())
         .connect_timeout(Duration::from_secs(1))
         .command_timeout(Duration::from_millis(500))
         .restart_quarantine(QUARANTINE)

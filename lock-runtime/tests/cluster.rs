@@ -1,0 +1,270 @@
+//! Redis Cluster, started for real (3 masters, 3 replicas): locks whose keys
+//! live on every master, sharded pub/sub wake-ups, locks across slots, and
+//! holders told of loss across a failover unless their lock is on the new
+//! master.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::{QUARANTINE, contend};
+use lock_runtime::{Deployment, LockClient, LockClientBuilder};
+use lock_testkit::{RedisCluster, unique_key};
+
+fn builder(cluster: &RedisCluster) -> LockClientBuilder {
+    LockClient::builder(Deployment::cluster(cluster.urls()))
+        .connect_timeout(Duration::from_secs(1))
+        .command_timeout(Duration::from_millis(1000))
+        .restart_quarantine(QUARANTINE)
+}
+
+async fn client(cluster: &RedisCluster) -> LockClient {
+    builder(cluster)
+        .connect()
+        .await
+        .expect("connect to the cluster")
+}
+
+/// Runs blocking test-kit calls (they wait for the cluster) off the runtime.
+fn blocking<T>(f: impl FnOnce() -> T) -> T {
+    tokio::task::block_in_place(f)
+}
+
+/// One lock name per master: names whose keys hash to each master in turn.
+fn names_on_every_master(cluster: &RedisCluster, prefix: &str) -> Vec<(String, usize)> {
+    let mut found: Vec<(String, usize)> = Vec::new();
+    for i in 0.. {
+        let name = format!("{prefix}:{i}");
+        let master = cluster.master_for_key(&common::lock_key(&name));
+        if found.iter().all(|(_, m)| *m != master) {
+            found.push((name, master));
+        }
+        if found.len() == cluster.masters().len() {
+            return found;
+        }
+    }
+    unreachable!()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn every_kind_of_lock_works_on_every_master_and_wakes_waiters() {
+    let cluster = blocking(|| RedisCluster::start(3, 1));
+    let (a, b) = (client(&cluster).await, client(&cluster).await);
+    let prefix = unique_key("spread");
+    for (name, master) in names_on_every_master(&cluster, &prefix) {
+        let held = a.lock(name.as_str()).acquire().await.expect("acquire");
+        let key = common::lock_key(&name);
+        assert_eq!(
+            cluster.node(master).cli(&["EXISTS", &key]),
+            "1",
+            "{key} on its master"
+        );
+
+        // A waiter on the other client is woken by the sharded release
+        // message long before the 30 s lease would run out.
+        let waiter = common::spawn_acquire(b.lock(name.as_str()).wait(Duration::from_secs(20)));
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let released = Instant::now();
+        held.release().await.expect("release");
+        let (when, outcome) = waiter.await.expect("waiter");
+        outcome
+            .expect("waiter takes the lock")
+            .release()
+            .await
+            .expect("release");
+        assert!(
+            when.duration_since(released) < Duration::from_secs(2),
+            "woken {:?} after the release",
+            when.duration_since(released)
+        );
+
+        let permit = a
+            .semaphore(format!("{name}:sem"), 2)
+            .acquire()
+            .await
+            .expect("permit");
+        let reading = a
+            .read_lock(format!("{name}:rw"))
+            .acquire()
+            .await
+            .expect("read");
+        let turn = a
+            .fair_lock(format!("{name}:fair"))
+            .acquire()
+            .await
+            .expect("fair");
+        for guard in [permit, reading, turn] {
+            guard.release().await.expect("release");
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn locks_in_different_slots_are_taken_all_or_none() {
+    let cluster = blocking(|| RedisCluster::start(3, 1));
+    let (a, b) = (client(&cluster).await, client(&cluster).await);
+    let names: Vec<String> = names_on_every_master(&cluster, &unique_key("multi"))
+        .into_iter()
+        .map(|(name, _)| name)
+        .collect();
+    let all = a
+        .lock_all(names.clone())
+        .acquire()
+        .await
+        .expect("all three");
+    assert_eq!(all.fences().len(), 3);
+    all.release().await.expect("release");
+
+    // With the middle one held elsewhere, taking all fails and leaves the
+    // other two free.
+    let middle = b.lock(names[1].as_str()).acquire().await.expect("one");
+    let err = a
+        .lock_all(names.clone())
+        .wait(Duration::ZERO)
+        .acquire()
+        .await
+        .expect_err("one is taken");
+    assert!(err.is_timeout(), "{err}");
+    for name in [&names[0], &names[2]] {
+        let free = b.lock(name.as_str()).wait(Duration::ZERO).acquire().await;
+        free.expect("left free").release().await.expect("release");
+    }
+    // A waiter for all of them gets them once the middle one is released.
+    let waiter = common::spawn_acquire(a.lock_all(names.clone()).wait(Duration::from_secs(10)));
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    middle.release().await.expect("release");
+    let (_, outcome) = waiter.await.expect("waiter");
+    outcome
+        .expect("all after the release")
+        .release()
+        .await
+        .expect("release");
+
+    // Transfers in opposite orders across slots never deadlock.
+    let mut tasks = Vec::new();
+    for task in 0..4 {
+        let locks = if task % 2 == 0 { a.clone() } else { b.clone() };
+        let mut names = names.clone();
+        if task % 2 == 1 {
+            names.reverse();
+        }
+        tasks.push(tokio::spawn(async move {
+            for _ in 0..20 {
+                let both = locks
+                    .lock_all(names.clone())
+                    .wait(Duration::from_secs(20))
+                    .acquire()
+                    .await?;
+                both.release().await?;
+            }
+            Ok::<_, lock_runtime::LockError>(())
+        }));
+    }
+    for task in tasks {
+        task.await.expect("task").expect("transfers");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_planned_failover_keeps_held_locks() {
+    let cluster = blocking(|| RedisCluster::start(3, 1));
+    let (a, b) = (client(&cluster).await, client(&cluster).await);
+    let name = unique_key("planned");
+    let master = cluster.master_for_key(&common::lock_key(&name));
+    let held = a
+        .lock(name.as_str())
+        .lease(Duration::from_secs(2))
+        .acquire()
+        .await
+        .expect("acquire");
+    // CLUSTER FAILOVER waits for the replica to catch up: the lock moves.
+    let new_master = blocking(|| cluster.failover(master));
+    assert_ne!(new_master, master);
+    // Renewals reach the new master: the lock outlives several leases.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert!(!held.is_lost(), "lost across a planned failover");
+    let err = b
+        .lock(name.as_str())
+        .wait(Duration::ZERO)
+        .acquire()
+        .await
+        .expect_err("held");
+    assert!(err.is_timeout(), "{err}");
+    held.release().await.expect("release after the failover");
+    let again = b.lock(name.as_str()).wait(Duration::ZERO).acquire().await;
+    assert!(again.is_ok(), "free after release: {:?}", again.err());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_killed_master_keeps_replicated_locks_and_tells_of_the_others() {
+    let mut cluster = blocking(|| RedisCluster::start(3, 1));
+    let safe = builder(&cluster)
+        .min_replicas(1)
+        .connect()
+        .await
+        .expect("connect");
+    let plain = client(&cluster).await;
+    let prefix = unique_key("killed");
+    let (name, master) = names_on_every_master(&cluster, &prefix).remove(0);
+    // Leases longer than the failover takes (a few seconds): while the
+    // master is down nothing is renewed, and a lease that ran out meanwhile
+    // would be lost whatever the replicas had.
+    let replicated = safe
+        .lock(name.as_str())
+        .lease(Duration::from_secs(15))
+        .acquire()
+        .await
+        .expect("acquire, replicated");
+    let others: Vec<_> = {
+        let mut guards = Vec::new();
+        for i in 0..5 {
+            let guard = plain
+                .lock(format!("{{{name}}}:plain:{i}"))
+                .lease(Duration::from_secs(15))
+                .acquire()
+                .await
+                .expect("acquire");
+            guards.push(guard);
+        }
+        guards
+    };
+
+    blocking(|| cluster.kill_master(master));
+    let new_master = blocking(|| cluster.wait_for_failover(master));
+    tokio::time::sleep(Duration::from_secs(3)).await;
+
+    // The replicated lock was on the replica that took over: still held,
+    // and nobody else can take it.
+    assert!(!replicated.is_lost(), "a replicated lock was lost");
+    let err = plain
+        .lock(name.as_str())
+        .wait(Duration::ZERO)
+        .acquire()
+        .await
+        .expect_err("held");
+    assert!(err.is_timeout(), "{err}");
+    // Every other holder is either still holding on the new master, or told.
+    for (i, guard) in others.iter().enumerate() {
+        // The name carries its hash tag, which the key keeps as it is.
+        let key = format!("lock:{{{name}}}:plain:{i}");
+        let on_new_master = cluster.node(new_master).cli(&["EXISTS", &key]) == "1";
+        assert!(
+            on_new_master != guard.is_lost(),
+            "lock {i}: on the new master {on_new_master}, lost {}",
+            guard.is_lost()
+        );
+    }
+    replicated.release().await.expect("release");
+
+    // Contention across the survivors keeps exclusion.
+    let run = contend(
+        &[safe.clone(), safe],
+        &format!("{prefix}:after"),
+        4,
+        10,
+        Duration::from_secs(2),
+    )
+    .await;
+    assert_eq!(run.overlaps, 0);
+    assert_eq!(run.count, 40, "{:?}", run.errors);
+}

@@ -1,0 +1,133 @@
+//! A master watched by Sentinel, with two replicas and three sentinels, all
+//! started for real: the client finds the master through the sentinels,
+//! follows it across a failover, and with `min_replicas` no lock is granted
+//! twice when the master dies.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{QUARANTINE, contend};
+use lock_runtime::{Deployment, LockClient, LockClientBuilder, LockError};
+use lock_testkit::{SentinelGroup, unique_key};
+
+fn builder(group: &SentinelGroup) -> LockClientBuilder {
+    LockClient::builder(Deployment::sentinel(
+        group.sentinel_urls(),
+        group.service_name(),
+    ))
+    .connect_timeout(Duration::from_secs(1))
+    .command_timeout(Duration::from_millis(1000))
+    .replica_timeout(Duration::from_millis(300))
+    .restart_quarantine(QUARANTINE)
+}
+
+fn blocking<T>(f: impl FnOnce() -> T) -> T {
+    tokio::task::block_in_place(f)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn replicated_locks_survive_the_master_dying_and_the_client_follows() {
+    let mut group = blocking(|| SentinelGroup::start(2, 3));
+    let safe = builder(&group)
+        .min_replicas(1)
+        .connect()
+        .await
+        .expect("connect");
+    let other = builder(&group)
+        .min_replicas(1)
+        .connect()
+        .await
+        .expect("connect");
+    let name = unique_key("sentinel");
+    // A lease longer than the failover takes (about 5 s): nothing is
+    // renewed while there is no master.
+    let held = safe
+        .lock(name.as_str())
+        .lease(Duration::from_secs(20))
+        .acquire()
+        .await
+        .expect("acquire");
+    let key = common::lock_key(&name);
+    assert!(
+        group.replica_urls().len() == 2,
+        "two replicas: {:?}",
+        group.replica_urls()
+    );
+
+    let old = blocking(|| group.kill_master());
+    let new = blocking(|| group.wait_for_failover(old));
+    assert_ne!(old, new);
+    // The lock reached a replica before it was granted, and the most up to
+    // date replica was promoted: still held, on the new master, by us.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(
+        !held.is_lost(),
+        "a replicated lock was lost in the failover"
+    );
+    assert_eq!(group.master().cli(&["EXISTS", &key]), "1");
+    let err = other
+        .lock(name.as_str())
+        .wait(Duration::ZERO)
+        .acquire()
+        .await
+        .expect_err("still held");
+    assert!(err.is_timeout(), "{err}");
+    held.release().await.expect("release on the new master");
+
+    // Both clients now work against the new master.
+    let run = contend(
+        &[safe, other],
+        &format!("{name}:after"),
+        4,
+        10,
+        Duration::from_secs(2),
+    )
+    .await;
+    assert_eq!(run.overlaps, 0);
+    assert_eq!(run.count, 40, "{:?}", run.errors);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_lock_no_replica_confirms_is_given_back_with_a_clear_error() {
+    let group = blocking(|| SentinelGroup::start(2, 3));
+    let locks = builder(&group).connect().await.expect("connect");
+    let name = unique_key("unreplicated");
+    let replicas: Vec<_> = group
+        .nodes()
+        .iter()
+        .filter(|node| node.port() != group.current_master_port())
+        .collect();
+    for replica in &replicas {
+        replica.pause();
+    }
+    let outcome = locks
+        .lock(name.as_str())
+        .min_replicas(1)
+        .wait(Duration::from_millis(800))
+        .acquire()
+        .await;
+    let master_has_it = group.master().cli(&["EXISTS", &common::lock_key(&name)]);
+    for replica in &replicas {
+        replica.resume();
+    }
+    match outcome {
+        Err(LockError::NotReplicated {
+            wanted: 1,
+            acked: 0,
+            ..
+        }) => {}
+        other => panic!("expected NotReplicated, got {other:?}"),
+    }
+    assert_eq!(
+        master_has_it, "0",
+        "the unreplicated lock was left on the master"
+    );
+    // Without the requirement the same lock is granted at once.
+    let guard = locks
+        .lock(name.as_str())
+        .wait(Duration::ZERO)
+        .acquire()
+        .await;
+    guard.expect("granted").release().await.expect("release");
+}
