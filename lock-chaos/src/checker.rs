@@ -74,6 +74,23 @@ pub enum FaultKind {
     WorkerStall,
     /// SIGKILL a worker inside a critical section, and start a new one.
     WorkerKill,
+    /// Cluster: `CLUSTER FAILOVER` on a replica of the master of a lock key.
+    ClusterFailover,
+    /// Cluster: SIGKILL the master of a lock key, wait for its replica to
+    /// take over, restart the killed node (it rejoins as a replica).
+    ClusterMasterKill,
+    /// Sentinel: SIGKILL the master, wait for the failover, restart the old
+    /// master (the Sentinels make it a replica).
+    SentinelMasterKill,
+    /// Sentinel: drop the master's replica links, let it grant for a moment,
+    /// then as [`FaultKind::SentinelMasterKill`].
+    SentinelLaggingKill,
+    /// Redlock: SIGSTOP one or two masters for a while.
+    RedlockPause,
+    /// Redlock: SIGKILL one or two masters, restart them (empty) later.
+    RedlockKill,
+    /// Redlock: cut one master's proxy and refuse connections for a while.
+    RedlockPartition,
 }
 
 impl FaultKind {
@@ -91,6 +108,17 @@ impl FaultKind {
         FaultKind::WorkerKill,
     ];
 
+    /// The faults of the topology runs (never in a single-Redis run).
+    pub const TOPOLOGY: [FaultKind; 7] = [
+        FaultKind::ClusterFailover,
+        FaultKind::ClusterMasterKill,
+        FaultKind::SentinelMasterKill,
+        FaultKind::SentinelLaggingKill,
+        FaultKind::RedlockPause,
+        FaultKind::RedlockKill,
+        FaultKind::RedlockPartition,
+    ];
+
     /// The name used on the command line and in reports.
     pub fn name(self) -> &'static str {
         match self {
@@ -104,6 +132,13 @@ impl FaultKind {
             FaultKind::ProxyCut => "proxy-cut",
             FaultKind::WorkerStall => "worker-stall",
             FaultKind::WorkerKill => "worker-kill",
+            FaultKind::ClusterFailover => "cluster-failover",
+            FaultKind::ClusterMasterKill => "cluster-master-kill",
+            FaultKind::SentinelMasterKill => "sentinel-master-kill",
+            FaultKind::SentinelLaggingKill => "sentinel-lagging-master-kill",
+            FaultKind::RedlockPause => "redlock-pause",
+            FaultKind::RedlockKill => "redlock-kill",
+            FaultKind::RedlockPartition => "redlock-partition",
         }
     }
 
@@ -131,6 +166,29 @@ impl FaultKind {
             }
             FaultKind::WorkerKill => {
                 "SIGKILL a worker inside a critical section (renewals running), start a new worker"
+            }
+            FaultKind::ClusterFailover => {
+                "`CLUSTER FAILOVER` on a replica of the master serving a random lock key; wait until it took over"
+            }
+            FaultKind::ClusterMasterKill => {
+                "SIGKILL the master serving a random lock key, wait for its replica to take over, \
+                 restart the killed node (empty; it rejoins as a replica)"
+            }
+            FaultKind::SentinelMasterKill => {
+                "SIGKILL the master, wait for the Sentinels' failover, restart the old master \
+                 (empty; the Sentinels make it a replica)"
+            }
+            FaultKind::SentinelLaggingKill => {
+                "`CLIENT KILL TYPE replica` on the master (replicas reconnect within ~1 s), \
+                 200–500 ms later SIGKILL it: what it granted meanwhile reached no replica; \
+                 failover and restart as above"
+            }
+            FaultKind::RedlockPause => "SIGSTOP one or two of the five masters for 0.5–3 leases",
+            FaultKind::RedlockKill => {
+                "SIGKILL one or two of the five masters, restart them (empty) a lease + 0.5 s later"
+            }
+            FaultKind::RedlockPartition => {
+                "cut every connection to one master through its proxy, refuse new ones for 1–3 leases"
             }
         }
     }

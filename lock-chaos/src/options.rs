@@ -72,6 +72,166 @@ impl std::fmt::Display for LockKind {
     }
 }
 
+/// Where the locks live during a run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Topology {
+    /// One `redis-server` behind the proxy (the original suite).
+    Single,
+    /// A Redis Cluster of 3 masters and 3 replicas.
+    Cluster,
+    /// A master, 2 replicas and 3 Sentinels.
+    Sentinel,
+    /// Redlock over 5 independent masters, each behind its own proxy.
+    Redlock,
+}
+
+impl Topology {
+    /// Every topology, in report order.
+    pub const ALL: [Topology; 4] = [
+        Topology::Single,
+        Topology::Cluster,
+        Topology::Sentinel,
+        Topology::Redlock,
+    ];
+
+    /// The name used on the command line and in reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            Topology::Single => "single",
+            Topology::Cluster => "cluster",
+            Topology::Sentinel => "sentinel",
+            Topology::Redlock => "redlock",
+        }
+    }
+
+    /// Parses a name printed by [`Topology::name`].
+    pub fn from_name(name: &str) -> Option<Topology> {
+        Topology::ALL.into_iter().find(|t| t.name() == name)
+    }
+
+    /// The runs made for this topology (Sentinel: with and without
+    /// `min_replicas`).
+    pub fn setups(self) -> Vec<Setup> {
+        match self {
+            Topology::Single => vec![Setup::Single],
+            Topology::Cluster => vec![Setup::Cluster],
+            Topology::Sentinel => vec![
+                Setup::Sentinel { min_replicas: 1 },
+                Setup::Sentinel { min_replicas: 0 },
+            ],
+            Topology::Redlock => vec![Setup::Redlock],
+        }
+    }
+}
+
+impl std::fmt::Display for Topology {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// One run's deployment and client settings.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Setup {
+    /// One server behind the proxy.
+    Single,
+    /// A Cluster of 3 masters + 3 replicas, clients with `min_replicas(1)`.
+    Cluster,
+    /// A Sentinel group; clients with `min_replicas(n)`.
+    Sentinel {
+        /// The clients' `min_replicas`.
+        min_replicas: u32,
+    },
+    /// Redlock over 5 masters behind proxies.
+    Redlock,
+}
+
+impl Setup {
+    /// The topology.
+    pub fn topology(self) -> Topology {
+        match self {
+            Setup::Single => Topology::Single,
+            Setup::Cluster => Topology::Cluster,
+            Setup::Sentinel { .. } => Topology::Sentinel,
+            Setup::Redlock => Topology::Redlock,
+        }
+    }
+
+    /// The clients' `min_replicas`.
+    pub fn min_replicas(self) -> u32 {
+        match self {
+            Setup::Cluster => 1,
+            Setup::Sentinel { min_replicas } => min_replicas,
+            Setup::Single | Setup::Redlock => 0,
+        }
+    }
+
+    /// Whether a safety figure above 0 fails the run. The Sentinel run
+    /// without `min_replicas` measures what asynchronous replication loses.
+    pub fn must_be_safe(self) -> bool {
+        self != Setup::Sentinel { min_replicas: 0 }
+    }
+
+    /// A short label for tables and messages.
+    pub fn label(self) -> String {
+        match self {
+            Setup::Single => "single".into(),
+            Setup::Cluster => "cluster (min_replicas 1)".into(),
+            Setup::Sentinel { min_replicas: 0 } => {
+                "sentinel WITHOUT min_replicas (measured, not a failure)".into()
+            }
+            Setup::Sentinel { min_replicas } => format!("sentinel (min_replicas {min_replicas})"),
+            Setup::Redlock => "redlock (5 masters)".into(),
+        }
+    }
+
+    /// What is started, for reports.
+    pub fn description(self) -> String {
+        match self {
+            Setup::Single => "one `redis-server` behind the proxy".into(),
+            Setup::Cluster => "a Redis Cluster of 3 masters and 3 replicas (`cluster-node-timeout` \
+                1 s), clients built with `Deployment::cluster(urls)` and `.min_replicas(1)`, \
+                connected to the nodes directly"
+                .into(),
+            Setup::Sentinel { min_replicas } => format!(
+                "a master, 2 replicas and 3 Sentinels (quorum 2, `down-after-milliseconds` 2 s), \
+                 clients built with `Deployment::sentinel(sentinel_urls, service)`{}, connected \
+                 directly",
+                if min_replicas == 0 {
+                    " and **no** `min_replicas`: a lock is granted before any replica has it, so a \
+                     failover can lose it. Its safety figures are measured, not required to be 0"
+                        .to_owned()
+                } else {
+                    format!(" and `.min_replicas({min_replicas})`")
+                }
+            ),
+            Setup::Redlock => "5 independent masters, each behind its own loopback proxy, clients \
+                built with `Deployment::redlock(proxy_urls)`"
+                .into(),
+        }
+    }
+
+    /// The faults injected in this setup's runs (a single-Redis run uses
+    /// `--faults`).
+    pub fn faults(self) -> Vec<FaultKind> {
+        let mut faults = match self {
+            Setup::Single => return FaultKind::ALL.to_vec(),
+            Setup::Cluster => vec![FaultKind::ClusterFailover, FaultKind::ClusterMasterKill],
+            Setup::Sentinel { .. } => vec![
+                FaultKind::SentinelLaggingKill,
+                FaultKind::SentinelMasterKill,
+            ],
+            Setup::Redlock => vec![
+                FaultKind::RedlockPartition,
+                FaultKind::RedlockPause,
+                FaultKind::RedlockKill,
+            ],
+        };
+        faults.extend([FaultKind::WorkerStall, FaultKind::WorkerKill]);
+        faults
+    }
+}
+
 /// Usage text.
 pub const USAGE: &str = "\
 lock-chaos: fault suite for lock-runtime
@@ -101,9 +261,17 @@ OPTIONS:
                            redis-pause-short, redis-pause-long, redis-restart,
                            redis-restart-delayed, client-kill, client-pause,
                            proxy-delay, proxy-cut, worker-stall, worker-kill
+    --topology <LIST>      comma-separated deployments, one run each (default
+                           single; every one with --ci): single, cluster (3
+                           masters + 3 replicas), sentinel (master + 2 replicas
+                           + 3 Sentinels; run with min_replicas 1 and without),
+                           redlock (5 masters, each behind a proxy); `all`
+                           names every one. Topology runs take exclusive locks
+                           and inject that topology's faults
     --report <PATH>        write the figures as Markdown to PATH (e.g. RELIABILITY.md)
     --ci                   the short runs for CI: every kind (unless --kind),
-                           12 s of faults each
+                           12 s of faults each, and every topology (unless
+                           --topology)
     -h, --help             this text
 
 Durations: 500ms, 1s, 1.5s, 2m, 1m30s. The exit code is 1 when a safety figure
@@ -134,6 +302,8 @@ pub struct Options {
     pub seed: u64,
     /// Kinds of lock, one run each, in this order.
     pub kinds: Vec<LockKind>,
+    /// Deployments, in this order (only single runs every kind).
+    pub topologies: Vec<Topology>,
     /// Fault kinds to inject.
     pub faults: Vec<FaultKind>,
     /// Where to write the Markdown report.
@@ -156,6 +326,7 @@ impl Default for Options {
             strict_quarantine: false,
             seed: 1,
             kinds: vec![LockKind::Exclusive],
+            topologies: vec![Topology::Single],
             faults: FaultKind::ALL.to_vec(),
             report: None,
             ci: false,
@@ -208,6 +379,7 @@ pub fn parse(args: &[String]) -> Result<Parsed, String> {
     let mut options = Options::default();
     let mut duration = None;
     let mut kinds = None;
+    let mut topologies = None;
     let mut args = args.iter();
     while let Some(arg) = args.next() {
         let (flag, inline) = match arg.split_once('=') {
@@ -260,6 +432,24 @@ pub fn parse(args: &[String]) -> Result<Parsed, String> {
                 }
                 kinds = Some(named);
             }
+            "--topology" => {
+                let list = value()?;
+                let named: Vec<Topology> = if list == "all" {
+                    Topology::ALL.to_vec()
+                } else {
+                    list.split(',')
+                        .filter(|name| !name.is_empty())
+                        .map(|name| {
+                            Topology::from_name(name.trim())
+                                .ok_or_else(|| format!("unknown topology `{name}`"))
+                        })
+                        .collect::<Result<_, _>>()?
+                };
+                if named.is_empty() {
+                    return Err("`--topology` names no topology".into());
+                }
+                topologies = Some(named);
+            }
             "--faults" => {
                 options.faults = value()?
                     .split(',')
@@ -282,6 +472,7 @@ pub fn parse(args: &[String]) -> Result<Parsed, String> {
         options.duration
     });
     options.kinds = kinds.unwrap_or_else(|| options.default_kinds());
+    options.topologies = topologies.unwrap_or_else(|| options.default_topologies());
     if options.kinds.contains(&LockKind::Multi) && options.keys < 2 {
         return Err("`--kind multi` needs `--keys` of at least 2".into());
     }
@@ -302,6 +493,20 @@ impl Options {
         } else {
             vec![LockKind::Exclusive]
         }
+    }
+
+    /// The topologies run when `--topology` is not given.
+    fn default_topologies(&self) -> Vec<Topology> {
+        if self.ci {
+            Topology::ALL.to_vec()
+        } else {
+            vec![Topology::Single]
+        }
+    }
+
+    /// Every run's setup, in order.
+    pub fn setups(&self) -> Vec<Setup> {
+        self.topologies.iter().flat_map(|t| t.setups()).collect()
     }
 
     /// The clients' restart quarantine.
@@ -342,6 +547,18 @@ impl Options {
             }
         };
         flag("kind", kinds(&self.kinds), kinds(&self.default_kinds()));
+        let topologies = |list: &[Topology]| {
+            if list == Topology::ALL {
+                "all".to_owned()
+            } else {
+                list.iter().map(|t| t.name()).collect::<Vec<_>>().join(",")
+            }
+        };
+        flag(
+            "topology",
+            topologies(&self.topologies),
+            topologies(&self.default_topologies()),
+        );
         flag("duration", d(self.duration), d(default_duration));
         flag(
             "clients",

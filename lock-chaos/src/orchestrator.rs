@@ -6,19 +6,20 @@ use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use lock_testkit::RedisServer;
+use lock_runtime::Deployment;
+use lock_testkit::{RedisCluster, RedisServer, SentinelGroup};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::process::{Child, ChildStdin, Command};
 use tokio::sync::mpsc;
 
 use crate::checker::{CrashCheck, Fault, FaultKind, Hang, History, Holder, Section, Stall};
 use crate::clock::{self, now_us};
-use crate::options::{LockKind, Options, PERMITS};
+use crate::options::{LockKind, Options, PERMITS, Setup};
 use crate::proxy::Proxy;
 use crate::record::{SectionLine, WorkerLine};
 use crate::resource::Resource;
 use crate::rng::Rng;
-use crate::worker::{PREFIX, WorkerConfig};
+use crate::worker::{PREFIX, WorkerConfig, deployment_spec};
 
 /// Time after a crashed holder's lease before its locks must be gone.
 const CRASH_SLACK: Duration = Duration::from_millis(300);
@@ -86,12 +87,104 @@ struct Worker {
     stdin: ChildStdin,
 }
 
+/// The Redis processes of a run.
+enum Topo {
+    Single(RedisServer),
+    Cluster(RedisCluster),
+    Sentinel(SentinelGroup),
+    Redlock(Vec<RedisServer>),
+}
+
+impl Topo {
+    fn start(setup: Setup) -> Topo {
+        match setup {
+            Setup::Single => Topo::Single(RedisServer::start()),
+            Setup::Cluster => Topo::Cluster(RedisCluster::start(3, 1)),
+            Setup::Sentinel { .. } => Topo::Sentinel(SentinelGroup::start(2, 3)),
+            Setup::Redlock => Topo::Redlock(RedisServer::start_many(5)),
+        }
+    }
+
+    fn single(&mut self) -> &mut RedisServer {
+        match self {
+            Topo::Single(redis) => redis,
+            _ => panic!("a single-server fault in a topology run"),
+        }
+    }
+
+    fn cluster(&mut self) -> &mut RedisCluster {
+        match self {
+            Topo::Cluster(cluster) => cluster,
+            _ => panic!("a cluster fault outside a cluster run"),
+        }
+    }
+
+    fn sentinel(&mut self) -> &mut SentinelGroup {
+        match self {
+            Topo::Sentinel(group) => group,
+            _ => panic!("a Sentinel fault outside a Sentinel run"),
+        }
+    }
+
+    fn redlock(&mut self) -> &mut Vec<RedisServer> {
+        match self {
+            Topo::Redlock(masters) => masters,
+            _ => panic!("a Redlock fault outside a Redlock run"),
+        }
+    }
+
+    /// A data node, for `INFO server`.
+    fn any_node(&self) -> &RedisServer {
+        match self {
+            Topo::Single(redis) => redis,
+            Topo::Cluster(cluster) => cluster.node(0),
+            Topo::Sentinel(group) => &group.nodes()[0],
+            Topo::Redlock(masters) => &masters[0],
+        }
+    }
+
+    /// The nodes that keep the locks `k<key>` of `keys`, each with the Redis
+    /// keys of those locks it keeps: the server, the node serving each
+    /// lock's slot, the master the Sentinels name, or every running Redlock
+    /// master (each with every key).
+    fn groups(&self, keys: &[u32]) -> Vec<(&RedisServer, Vec<String>)> {
+        let all = || keys.iter().flat_map(|&k| holder_keys(k)).collect::<Vec<_>>();
+        match self {
+            Topo::Single(redis) => vec![(redis, all())],
+            Topo::Sentinel(group) => vec![(group.master(), all())],
+            Topo::Redlock(masters) => masters
+                .iter()
+                .filter(|m| m.is_running())
+                .map(|m| (m, all()))
+                .collect(),
+            Topo::Cluster(cluster) => {
+                let mut groups: Vec<(usize, Vec<String>)> = Vec::new();
+                for &k in keys {
+                    let master = cluster.master_for_key(&lock_key(k));
+                    match groups.iter_mut().find(|(i, _)| *i == master) {
+                        Some((_, held)) => held.extend(holder_keys(k)),
+                        None => groups.push((master, holder_keys(k).to_vec())),
+                    }
+                }
+                groups
+                    .into_iter()
+                    .map(|(i, held)| (cluster.node(i), held))
+                    .collect()
+            }
+        }
+    }
+}
+
 /// Everything a run needs while it injects faults.
 struct Run {
     options: Options,
     kind: LockKind,
-    redis: Arc<Mutex<RedisServer>>,
-    proxy: Proxy,
+    setup: Setup,
+    redis: Arc<Mutex<Topo>>,
+    /// The single server's proxy, or one per Redlock master.
+    proxies: Vec<Proxy>,
+    /// What the workers connect to (see [`deployment_spec`]).
+    deployment: String,
     resource: Resource,
     exe: std::path::PathBuf,
     rng: Rng,
@@ -107,19 +200,43 @@ struct Run {
     unexpected_exits: u32,
 }
 
-/// Runs blocking work on the Redis server (pause, restart, commands).
+/// Runs blocking work on the single Redis server (pause, restart, commands).
 async fn with_redis<T: Send + 'static>(
-    redis: &Arc<Mutex<RedisServer>>,
+    redis: &Arc<Mutex<Topo>>,
     f: impl FnOnce(&mut RedisServer) -> T + Send + 'static,
 ) -> Result<T, String> {
     let redis = redis.clone();
-    tokio::task::spawn_blocking(move || f(&mut lock(&redis)))
+    tokio::task::spawn_blocking(move || f(lock(&redis).single()))
         .await
         .map_err(|err| format!("redis-server control failed: {err}"))
 }
 
+/// Runs blocking work on the topology; a panic (lock-testkit's way of
+/// failing) becomes the first line of its message.
+async fn with_topo<T: Send + 'static>(
+    topo: &Arc<Mutex<Topo>>,
+    f: impl FnOnce(&mut Topo) -> T + Send + 'static,
+) -> Result<T, String> {
+    let topo = topo.clone();
+    tokio::task::spawn_blocking(move || f(&mut lock(&topo)))
+        .await
+        .map_err(|err| {
+            if !err.is_panic() {
+                return err.to_string();
+            }
+            let panic = err.into_panic();
+            let text = panic
+                .downcast_ref::<String>()
+                .cloned()
+                .or_else(|| panic.downcast_ref::<&str>().map(|s| (*s).to_owned()))
+                .unwrap_or_else(|| "panic".to_owned());
+            let first = text.lines().next().unwrap_or_default();
+            first.chars().take(300).collect()
+        })
+}
+
 /// One command to Redis, directly (not through the proxy); `None` on error.
-async fn redis_cli(redis: &Arc<Mutex<RedisServer>>, args: Vec<String>) -> Option<String> {
+async fn redis_cli(redis: &Arc<Mutex<Topo>>, args: Vec<String>) -> Option<String> {
     with_redis(redis, move |r| {
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
         r.try_cli(&args, Duration::from_secs(1)).ok()
@@ -171,24 +288,80 @@ end
 if forever then longest = -1 end
 return {n, longest}";
 
-/// Runs [`HELD_BY`] for the client id `client` on `keys`.
-async fn held_by(
-    redis: &Arc<Mutex<RedisServer>>,
-    client: &str,
-    keys: Vec<String>,
-) -> Option<(u32, i64)> {
-    let mut args = vec![
-        "EVAL".to_owned(),
-        HELD_BY.to_owned(),
-        keys.len().to_string(),
-    ];
-    args.extend(keys);
-    args.push(client.to_owned());
-    let reply = redis_cli(redis, args).await?;
-    let mut lines = reply.lines();
-    let n = lines.next()?.trim().parse().ok()?;
-    let longest = lines.next()?.trim().parse().ok()?;
-    Some((n, longest))
+/// Runs [`HELD_BY`] for the client id `client` on the locks `locks`, on
+/// every node that keeps them. Redlock: the most places held on one master
+/// (masters that do not answer are skipped); elsewhere the sum.
+async fn held_by(redis: &Arc<Mutex<Topo>>, client: &str, locks: Vec<u32>) -> Option<(u32, i64)> {
+    let client = client.to_owned();
+    with_topo(redis, move |topo| {
+        let redlock = matches!(topo, Topo::Redlock(_));
+        let mut result: Option<(u32, i64)> = None;
+        for (node, keys) in topo.groups(&locks) {
+            let count = keys.len().to_string();
+            let mut args = vec!["EVAL", HELD_BY, &count];
+            args.extend(keys.iter().map(String::as_str));
+            args.push(&client);
+            let parsed = node
+                .try_cli(&args, Duration::from_secs(1))
+                .ok()
+                .and_then(|reply| {
+                    let mut lines = reply.lines();
+                    let n: u32 = lines.next()?.trim().parse().ok()?;
+                    let longest: i64 = lines.next()?.trim().parse().ok()?;
+                    Some((n, longest))
+                });
+            let (n, longest) = match parsed {
+                Some(found) => found,
+                None if redlock => continue,
+                None => return None,
+            };
+            result = Some(match result {
+                None => (n, longest),
+                Some((n0, l0)) => (
+                    if redlock { n0.max(n) } else { n0 + n },
+                    if l0 == -1 || longest == -1 {
+                        -1
+                    } else {
+                        l0.max(longest)
+                    },
+                ),
+            });
+        }
+        result
+    })
+    .await
+    .ok()
+    .flatten()
+}
+
+/// Lock keys of `k0..k<keys>` that exist, on every node that keeps them.
+async fn leftover(redis: &Arc<Mutex<Topo>>, keys: u32) -> Option<u32> {
+    with_topo(redis, move |topo| {
+        let locks: Vec<u32> = (0..keys).collect();
+        let mut total = 0;
+        for (node, held) in topo.groups(&locks) {
+            // One lock's keys (they share a slot) per command.
+            for one in held.chunks(2) {
+                let mut args = vec!["EXISTS"];
+                args.extend(one.iter().map(String::as_str));
+                let reply = node.try_cli(&args, Duration::from_secs(1)).ok()?;
+                total += reply.parse::<u32>().ok()?;
+            }
+        }
+        Some(total)
+    })
+    .await
+    .ok()
+    .flatten()
+}
+
+/// Distinct indices below `n`, `count` of them.
+fn pick(rng: &mut Rng, n: usize, count: usize) -> Vec<usize> {
+    let mut all: Vec<usize> = (0..n).collect();
+    rng.shuffle(&mut all);
+    all.truncate(count);
+    all.sort_unstable();
+    all
 }
 
 fn scaled(d: Duration, percent: u64) -> Duration {
@@ -201,7 +374,7 @@ impl Run {
         self.next_id += 1;
         let config = WorkerConfig {
             id,
-            url: self.proxy.url(),
+            url: self.deployment.clone(),
             resource: self.resource.addr(),
             keys: self.options.keys,
             tasks: self.options.tasks,
@@ -212,6 +385,7 @@ impl Run {
             strict_quarantine: self.options.strict_quarantine,
             seed: self.options.seed,
             kind: self.kind,
+            min_replicas: self.setup.min_replicas(),
         };
         let mut child = Command::new(&self.exe)
             .args(config.to_args())
@@ -332,17 +506,17 @@ impl Run {
                 let delay =
                     Duration::from_millis(self.rng.range(20, lease.as_millis() as u64 * 6 / 10));
                 let span = Duration::from_millis(self.rng.range(1000, 2500));
-                self.proxy.set_delay(delay);
+                self.proxies[0].set_delay(delay);
                 tokio::time::sleep(span).await;
-                self.proxy.set_delay(Duration::ZERO);
+                self.proxies[0].set_delay(Duration::ZERO);
                 format!("{} ms for {} ms", delay.as_millis(), span.as_millis())
             }
             FaultKind::ProxyCut => {
                 let refuse = scaled(lease, self.rng.range(10, 150));
-                self.proxy.set_refuse(true);
-                self.proxy.cut();
+                self.proxies[0].set_refuse(true);
+                self.proxies[0].cut();
                 tokio::time::sleep(refuse).await;
-                self.proxy.set_refuse(false);
+                self.proxies[0].set_refuse(false);
                 format!("refused {} ms", refuse.as_millis())
             }
             FaultKind::WorkerStall => {
@@ -364,6 +538,7 @@ impl Run {
                 }
             }
             FaultKind::WorkerKill => self.kill_worker().await?,
+            topology => self.inject_topology(topology).await,
         };
         self.faults.push(Fault {
             kind,
@@ -399,7 +574,7 @@ impl Run {
         let client = lock(&self.collected).clients.get(&id).cloned();
 
         let at_kill = match &client {
-            Some(client) => held_by(&self.redis, client, holder_keys(key).to_vec()).await,
+            Some(client) => held_by(&self.redis, client, vec![key]).await,
             None => None,
         };
         let owned_at_kill = at_kill.is_some_and(|(n, _)| n > 0);
@@ -407,7 +582,7 @@ impl Run {
 
         let check_at = killed_at + clock::micros(self.options.lease + CRASH_SLACK);
         tokio::time::sleep(Duration::from_micros((check_at - now_us()).max(0) as u64)).await;
-        let every_key: Vec<String> = (0..self.options.keys).flat_map(holder_keys).collect();
+        let every_key: Vec<u32> = (0..self.options.keys).collect();
         let held_after = match &client {
             Some(client) => held_by(&self.redis, client, every_key)
                 .await
@@ -429,6 +604,164 @@ impl Run {
             held.as_millis(),
             pttl_ms.map_or("?".to_owned(), |p| format!("{p} ms"))
         ))
+    }
+
+    /// Injects a fault of a topology run; returns its detail (failures to
+    /// control the topology are described there, not fatal).
+    async fn inject_topology(&mut self, kind: FaultKind) -> String {
+        let lease = self.options.lease;
+        let key = self.rng.below(u64::from(self.options.keys)) as u32;
+        let ms = |d: Duration| d.as_millis();
+        match kind {
+            FaultKind::ClusterFailover => {
+                let began = tokio::time::Instant::now();
+                let done = with_topo(&self.redis, move |t| {
+                    let cluster = t.cluster();
+                    cluster.wait_until_ok();
+                    let master = cluster.master_for_key(&lock_key(key));
+                    (master, cluster.failover(master))
+                })
+                .await;
+                match done {
+                    Ok((old, new)) => format!(
+                        "k{key}: node {old} → node {new}, {} ms",
+                        ms(began.elapsed())
+                    ),
+                    Err(err) => format!("k{key}: failed: {err}"),
+                }
+            }
+            FaultKind::ClusterMasterKill => {
+                let killed = with_topo(&self.redis, move |t| {
+                    let cluster = t.cluster();
+                    cluster.wait_until_ok();
+                    let master = cluster.master_for_key(&lock_key(key));
+                    cluster.kill_master(master);
+                    master
+                })
+                .await;
+                let old = match killed {
+                    Ok(old) => old,
+                    Err(err) => return format!("k{key}: failed before the kill: {err}"),
+                };
+                let began = tokio::time::Instant::now();
+                let over = with_topo(&self.redis, move |t| t.cluster().wait_for_failover(old)).await;
+                let took = began.elapsed();
+                let restarted =
+                    with_topo(&self.redis, move |t| t.cluster().restart_node(old)).await;
+                let over = match over {
+                    Ok(new) => format!("node {new} took over after {} ms", ms(took)),
+                    Err(err) => format!("no takeover: {err}"),
+                };
+                let restarted = match restarted {
+                    Ok(()) => "rejoined as a replica".to_owned(),
+                    Err(err) => format!("restart failed: {err}"),
+                };
+                format!("k{key}: node {old} killed; {over}; node {old} {restarted}")
+            }
+            FaultKind::SentinelMasterKill | FaultKind::SentinelLaggingKill => {
+                let lagging = kind == FaultKind::SentinelLaggingKill;
+                let prepared = with_topo(&self.redis, move |t| {
+                    let group = t.sentinel();
+                    group.wait_until_ok();
+                    if lagging {
+                        let args = ["CLIENT", "KILL", "TYPE", "replica"];
+                        match group.master().try_cli(&args, Duration::from_secs(1)) {
+                            Ok(n) => format!("{n} replica links dropped, "),
+                            Err(err) => format!("replica links not dropped ({err}), "),
+                        }
+                    } else {
+                        String::new()
+                    }
+                })
+                .await;
+                let mut detail = match prepared {
+                    Ok(detail) => detail,
+                    Err(err) => return format!("failed before the kill: {err}"),
+                };
+                if lagging {
+                    let gap = Duration::from_millis(self.rng.range(200, 500));
+                    tokio::time::sleep(gap).await;
+                    detail += &format!("master killed {} ms later; ", ms(gap));
+                }
+                let old = match with_topo(&self.redis, |t| t.sentinel().kill_master()).await {
+                    Ok(old) => old,
+                    Err(err) => return format!("{detail}kill failed: {err}"),
+                };
+                let began = tokio::time::Instant::now();
+                let over =
+                    with_topo(&self.redis, move |t| t.sentinel().wait_for_failover(old)).await;
+                let took = began.elapsed();
+                let restarted = with_topo(&self.redis, move |t| {
+                    let group = t.sentinel();
+                    let index = group.nodes().iter().position(|n| n.port() == old);
+                    let index = index.expect("the killed master is one of the nodes");
+                    group.node_mut(index).restart();
+                })
+                .await;
+                match over {
+                    Ok(new) => {
+                        detail += &format!("port {old} → port {new} after {} ms", ms(took))
+                    }
+                    Err(err) => detail += &format!("port {old} killed, no failover: {err}"),
+                }
+                if let Err(err) = restarted {
+                    detail += &format!("; restart failed: {err}");
+                } else {
+                    detail += &format!("; port {old} restarted (empty)");
+                }
+                detail
+            }
+            FaultKind::RedlockPause | FaultKind::RedlockKill => {
+                let count = 1 + self.rng.below(2) as usize;
+                let masters = pick(&mut self.rng, 5, count);
+                let pause = kind == FaultKind::RedlockPause;
+                let down = if pause {
+                    scaled(lease, self.rng.range(50, 300))
+                } else {
+                    lease + Duration::from_millis(500)
+                };
+                let stopped = masters.clone();
+                let stop = with_topo(&self.redis, move |t| {
+                    for &i in &stopped {
+                        if pause {
+                            t.redlock()[i].pause();
+                        } else {
+                            t.redlock()[i].kill();
+                        }
+                    }
+                })
+                .await;
+                tokio::time::sleep(down).await;
+                let stopped = masters.clone();
+                let back = with_topo(&self.redis, move |t| {
+                    for &i in &stopped {
+                        if pause {
+                            t.redlock()[i].resume();
+                        } else {
+                            t.redlock()[i].restart();
+                        }
+                    }
+                })
+                .await;
+                let what = if pause { "paused" } else { "down" };
+                let mut detail = format!("masters {masters:?} {what} {} ms", ms(down));
+                for err in [stop.err(), back.err()].into_iter().flatten() {
+                    detail += &format!(" (failed: {err})");
+                }
+                detail
+            }
+            FaultKind::RedlockPartition => {
+                let master = self.rng.below(5) as usize;
+                let d = scaled(lease, self.rng.range(100, 300));
+                let proxy = &self.proxies[master];
+                proxy.set_refuse(true);
+                proxy.cut();
+                tokio::time::sleep(d).await;
+                proxy.set_refuse(false);
+                format!("master {master} cut off {} ms", ms(d))
+            }
+            other => format!("{other} is not a topology fault; skipped"),
+        }
     }
 
     /// Tells every worker to stop, and kills those that do not in time.
@@ -505,10 +838,15 @@ fn collect(
     }
 }
 
-/// A fault plan: every kind in turn, shuffled anew each round.
+/// A fault plan: every kind in turn, shuffled anew each round. In a
+/// topology run, topology faults alternate with the others, and the first
+/// round starts with the first topology fault listed (so that even a short
+/// run has it).
 struct Plan {
     kinds: Vec<FaultKind>,
     queue: Vec<FaultKind>,
+    topology: bool,
+    rounds: u32,
 }
 
 impl Plan {
@@ -516,29 +854,84 @@ impl Plan {
         if self.queue.is_empty() {
             self.queue = self.kinds.clone();
             rng.shuffle(&mut self.queue);
+            if self.topology {
+                let (mut topo, mut rest): (Vec<_>, Vec<_>) = self
+                    .queue
+                    .iter()
+                    .partition(|k| FaultKind::TOPOLOGY.contains(k));
+                if self.rounds == 0 {
+                    topo.sort_by_key(|k| self.kinds.iter().position(|x| x == k));
+                }
+                let mut order = Vec::new();
+                while !topo.is_empty() || !rest.is_empty() {
+                    if !topo.is_empty() {
+                        order.push(topo.remove(0));
+                    }
+                    if !rest.is_empty() {
+                        order.push(rest.remove(0));
+                    }
+                }
+                order.reverse();
+                self.queue = order;
+            }
+            self.rounds += 1;
         }
         self.queue.pop().expect("refilled above")
     }
 }
 
 /// Runs the whole suite and returns what it recorded.
-pub async fn run(options: &Options, kind: LockKind) -> Result<(History, RunInfo), String> {
+pub async fn run(
+    options: &Options,
+    kind: LockKind,
+    setup: Setup,
+) -> Result<(History, RunInfo), String> {
     let started = now_us();
-    let redis = tokio::task::spawn_blocking(RedisServer::start)
+    let redis = tokio::task::spawn_blocking(move || Topo::start(setup))
         .await
         .map_err(|err| format!("cannot start redis-server: {err}"))?;
-    let port = redis.port();
+    let ports: Vec<u16> = match &redis {
+        Topo::Single(server) => vec![server.port()],
+        Topo::Redlock(masters) => masters.iter().map(RedisServer::port).collect(),
+        Topo::Cluster(_) | Topo::Sentinel(_) => Vec::new(),
+    };
+    let direct = match &redis {
+        Topo::Cluster(cluster) => Some(Deployment::cluster(cluster.urls())),
+        Topo::Sentinel(group) => Some(Deployment::sentinel(
+            group.sentinel_urls(),
+            group.service_name(),
+        )),
+        Topo::Single(_) | Topo::Redlock(_) => None,
+    };
     let redis = Arc::new(Mutex::new(redis));
-    let info_server = redis_cli(&redis, vec!["INFO".into(), "server".into()]).await;
+    let info_server = with_topo(&redis, |t| {
+        t.any_node()
+            .try_cli(&["INFO", "server"], Duration::from_secs(1))
+            .ok()
+    })
+    .await
+    .ok()
+    .flatten();
     let redis_version = info_server
         .as_deref()
         .and_then(|info| info.lines().find_map(|l| l.strip_prefix("redis_version:")))
         .unwrap_or("?")
         .trim()
         .to_owned();
-    let proxy = Proxy::start(port)
-        .await
-        .map_err(|err| format!("cannot start the proxy: {err}"))?;
+    let mut proxies = Vec::new();
+    for port in ports {
+        let proxy = Proxy::start(port)
+            .await
+            .map_err(|err| format!("cannot start the proxy: {err}"))?;
+        proxies.push(proxy);
+    }
+    let deployment = match (direct, setup) {
+        (Some(deployment), _) => deployment_spec(&deployment),
+        (None, Setup::Redlock) => {
+            deployment_spec(&Deployment::redlock(proxies.iter().map(Proxy::url)))
+        }
+        (None, _) => proxies[0].url(),
+    };
     let resource = Resource::start()
         .await
         .map_err(|err| format!("cannot start the fenced resource: {err}"))?;
@@ -547,8 +940,10 @@ pub async fn run(options: &Options, kind: LockKind) -> Result<(History, RunInfo)
     let mut run = Run {
         options: options.clone(),
         kind,
+        setup,
         redis,
-        proxy,
+        proxies,
+        deployment,
         resource,
         exe,
         rng: Rng::new(options.seed, 0),
@@ -580,8 +975,14 @@ pub async fn run(options: &Options, kind: LockKind) -> Result<(History, RunInfo)
     tokio::time::sleep(Duration::from_secs(1)).await;
 
     let mut plan = Plan {
-        kinds: options.faults.clone(),
+        kinds: if setup == Setup::Single {
+            options.faults.clone()
+        } else {
+            setup.faults()
+        },
         queue: Vec::new(),
+        topology: setup != Setup::Single,
+        rounds: 0,
     };
     let faults_end = now_us() + clock::micros(options.duration);
     // The longest fault takes about this long; none starts that close to the end.
@@ -609,18 +1010,7 @@ pub async fn run(options: &Options, kind: LockKind) -> Result<(History, RunInfo)
 
     // Every lock must be free a lease after the last holder stopped.
     tokio::time::sleep(options.lease + CRASH_SLACK).await;
-    let mut leftover = Some(0);
-    for k in 0..options.keys {
-        let mut exists = vec!["EXISTS".to_owned()];
-        exists.extend(holder_keys(k));
-        match redis_cli(&run.redis, exists)
-            .await
-            .map(|n| n.parse::<u32>())
-        {
-            Some(Ok(n)) => leftover = leftover.map(|l| l + n),
-            _ => leftover = None,
-        }
-    }
+    let leftover = leftover(&run.redis, options.keys).await;
 
     let writes = run.resource.log();
     let collected = std::mem::take(&mut *lock(&run.collected));
@@ -638,7 +1028,7 @@ pub async fn run(options: &Options, kind: LockKind) -> Result<(History, RunInfo)
         redis_version,
         elapsed: Duration::from_micros((now_us() - started) as u64),
         workers_started: run.next_id - 1,
-        proxy_connections: run.proxy.connections(),
+        proxy_connections: run.proxies.iter().map(Proxy::connections).sum(),
         garbled_lines: collected.garbled,
         stragglers,
         revision: revision(),

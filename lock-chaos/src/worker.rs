@@ -16,7 +16,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
-use lock_runtime::{LockClient, LockError, LockGuard, LossReason};
+use lock_runtime::{Deployment, LockClient, LockError, LockGuard, LossReason};
 use tokio::io::AsyncBufReadExt;
 use tokio::time::Instant;
 
@@ -40,7 +40,8 @@ pub const PREFIX: &str = "chaos:";
 pub struct WorkerConfig {
     /// This worker's id.
     pub id: u32,
-    /// Redis URL (the proxy's).
+    /// Where the locks live: a Redis URL (the proxy's), or a deployment
+    /// spec made by [`deployment_spec`].
     pub url: String,
     /// The fenced resource.
     pub resource: SocketAddr,
@@ -62,6 +63,34 @@ pub struct WorkerConfig {
     pub seed: u64,
     /// The kind of lock the tasks take.
     pub kind: LockKind,
+    /// The client's `min_replicas` (0: not set).
+    pub min_replicas: u32,
+}
+
+/// The worker argument naming a deployment other than one server:
+/// `cluster|url,url,..`, `sentinel|service|url,..` or `redlock|url,..`.
+pub fn deployment_spec(deployment: &Deployment) -> String {
+    match deployment {
+        Deployment::Cluster(urls) => format!("cluster|{}", urls.join(",")),
+        Deployment::Sentinel { sentinels, service } => {
+            format!("sentinel|{service}|{}", sentinels.join(","))
+        }
+        Deployment::Redlock(urls) => format!("redlock|{}", urls.join(",")),
+        Deployment::Server(url) => url.clone(),
+        other => format!("{other:?}"),
+    }
+}
+
+/// Parses what [`deployment_spec`] made; a plain URL is one server.
+pub fn parse_deployment(spec: &str) -> Deployment {
+    let list = |urls: &str| -> Vec<String> { urls.split(',').map(str::to_owned).collect() };
+    let mut parts = spec.splitn(3, '|');
+    match (parts.next(), parts.next(), parts.next()) {
+        (Some("cluster"), Some(urls), None) => Deployment::cluster(list(urls)),
+        (Some("redlock"), Some(urls), None) => Deployment::redlock(list(urls)),
+        (Some("sentinel"), Some(service), Some(urls)) => Deployment::sentinel(list(urls), service),
+        _ => Deployment::from(spec),
+    }
 }
 
 impl WorkerConfig {
@@ -81,6 +110,7 @@ impl WorkerConfig {
             self.strict_quarantine.to_string(),
             self.seed.to_string(),
             self.kind.name().to_owned(),
+            self.min_replicas.to_string(),
         ]
     }
 
@@ -99,6 +129,7 @@ impl WorkerConfig {
             strict,
             seed,
             kind,
+            min_replicas,
         ] = args
         else {
             return None;
@@ -117,6 +148,7 @@ impl WorkerConfig {
             strict_quarantine: strict.parse().ok()?,
             seed: seed.parse().ok()?,
             kind: LockKind::from_name(kind)?,
+            min_replicas: min_replicas.parse().ok()?,
         })
     }
 }
@@ -157,7 +189,11 @@ pub fn run(config: WorkerConfig) -> std::process::ExitCode {
 
 async fn connect(config: &WorkerConfig) -> LockClient {
     loop {
-        let connecting = LockClient::builder(&config.url)
+        let mut builder = LockClient::builder(parse_deployment(&config.url));
+        if config.min_replicas > 0 {
+            builder = builder.min_replicas(config.min_replicas);
+        }
+        let connecting = builder
             .prefix(PREFIX)
             .default_lease(config.lease)
             .default_wait(config.wait)
