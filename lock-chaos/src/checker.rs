@@ -181,7 +181,8 @@ impl FaultKind {
             FaultKind::SentinelLaggingKill => {
                 "`CLIENT KILL TYPE replica` on the master (replicas reconnect within ~1 s), \
                  200–500 ms later SIGKILL it: what it granted meanwhile reached no replica; \
-                 failover and restart as above"
+                 `SENTINEL FAILOVER` at once (no wait for the master to be judged down), then \
+                 restart as above"
             }
             FaultKind::RedlockPause => "SIGSTOP one or two of the five masters for 0.5–3 leases",
             FaultKind::RedlockKill => {

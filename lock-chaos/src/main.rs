@@ -63,14 +63,13 @@ fn main() -> ExitCode {
                 options.seed
             );
             let t0 = clock::now_us();
-            let (history, info) =
-                match runtime.block_on(orchestrator::run(&options, kind, setup)) {
-                    Ok(done) => done,
-                    Err(err) => {
-                        eprintln!("lock-chaos: {label}: {err}");
-                        return ExitCode::from(2);
-                    }
-                };
+            let (history, info) = match runtime.block_on(orchestrator::run(&options, kind, setup)) {
+                Ok(done) => done,
+                Err(err) => {
+                    eprintln!("lock-chaos: {label}: {err}");
+                    return ExitCode::from(2);
+                }
+            };
             let figures = checker::analyze(&history);
             let safety: Vec<String> = figures
                 .safety()

@@ -189,14 +189,16 @@ impl Setup {
     pub fn description(self) -> String {
         match self {
             Setup::Single => "one `redis-server` behind the proxy".into(),
-            Setup::Cluster => "a Redis Cluster of 3 masters and 3 replicas (`cluster-node-timeout` \
+            Setup::Cluster => {
+                "a Redis Cluster of 3 masters and 3 replicas (`cluster-node-timeout` \
                 1 s), clients built with `Deployment::cluster(urls)` and `.min_replicas(1)`, \
                 connected to the nodes directly"
-                .into(),
+                    .into()
+            }
             Setup::Sentinel { min_replicas } => format!(
                 "a master, 2 replicas and 3 Sentinels (quorum 2, `down-after-milliseconds` 2 s), \
-                 clients built with `Deployment::sentinel(sentinel_urls, service)`{}, connected \
-                 directly",
+                 clients connected directly, built with \
+                 `Deployment::sentinel(sentinel_urls, service)`{}",
                 if min_replicas == 0 {
                     " and **no** `min_replicas`: a lock is granted before any replica has it, so a \
                      failover can lose it. Its safety figures are measured, not required to be 0"

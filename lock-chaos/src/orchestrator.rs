@@ -148,7 +148,11 @@ impl Topo {
     /// lock's slot, the master the Sentinels name, or every running Redlock
     /// master (each with every key).
     fn groups(&self, keys: &[u32]) -> Vec<(&RedisServer, Vec<String>)> {
-        let all = || keys.iter().flat_map(|&k| holder_keys(k)).collect::<Vec<_>>();
+        let all = || {
+            keys.iter()
+                .flat_map(|&k| holder_keys(k))
+                .collect::<Vec<_>>()
+        };
         match self {
             Topo::Single(redis) => vec![(redis, all())],
             Topo::Sentinel(group) => vec![(group.master(), all())],
@@ -644,7 +648,8 @@ impl Run {
                     Err(err) => return format!("k{key}: failed before the kill: {err}"),
                 };
                 let began = tokio::time::Instant::now();
-                let over = with_topo(&self.redis, move |t| t.cluster().wait_for_failover(old)).await;
+                let over =
+                    with_topo(&self.redis, move |t| t.cluster().wait_for_failover(old)).await;
                 let took = began.elapsed();
                 let restarted =
                     with_topo(&self.redis, move |t| t.cluster().restart_node(old)).await;
@@ -683,8 +688,30 @@ impl Run {
                     tokio::time::sleep(gap).await;
                     detail += &format!("master killed {} ms later; ", ms(gap));
                 }
-                let old = match with_topo(&self.redis, |t| t.sentinel().kill_master()).await {
-                    Ok(old) => old,
+                let killed = with_topo(&self.redis, move |t| {
+                    let group = t.sentinel();
+                    let old = group.kill_master();
+                    // After the lagging kill, a Sentinel is told to fail over
+                    // at once (no 2 s wait for the master to be judged down),
+                    // so the new master can be in place within about a
+                    // lease: what the old one granted in its last moments
+                    // may still be in use there.
+                    let forced = lagging.then(|| {
+                        let service = group.service_name().to_owned();
+                        let args = ["SENTINEL", "FAILOVER", service.as_str()];
+                        match group.sentinels()[0].try_cli(&args, Duration::from_secs(1)) {
+                            Ok(reply) => format!("SENTINEL FAILOVER: {reply}; "),
+                            Err(err) => format!("SENTINEL FAILOVER failed ({err}); "),
+                        }
+                    });
+                    (old, forced.unwrap_or_default())
+                })
+                .await;
+                let old = match killed {
+                    Ok((old, forced)) => {
+                        detail += &forced;
+                        old
+                    }
                     Err(err) => return format!("{detail}kill failed: {err}"),
                 };
                 let began = tokio::time::Instant::now();
@@ -699,9 +726,7 @@ impl Run {
                 })
                 .await;
                 match over {
-                    Ok(new) => {
-                        detail += &format!("port {old} → port {new} after {} ms", ms(took))
-                    }
+                    Ok(new) => detail += &format!("port {old} → port {new} after {} ms", ms(took)),
                     Err(err) => detail += &format!("port {old} killed, no failover: {err}"),
                 }
                 if let Err(err) = restarted {
