@@ -1,5 +1,6 @@
 //! The attribute's options: the lock's name (`key` or `keys`), its kind
-//! (`permits`, `mode`, `fair`), `lease`, `wait`, `client` and `crate`.
+//! (`permits`, `mode`, `fair`), `lease`, `wait`, `min_replicas`, `client`
+//! and `crate`.
 //!
 //! Every option is parsed by one setter that rejects a repeat and checks the
 //! value, so a misspelt, repeated or malformed option is reported on its own
@@ -10,16 +11,25 @@ use proc_macro2::{Span, TokenStream};
 use syn::ext::IdentExt as _;
 use syn::parse::{ParseStream, Parser as _};
 use syn::spanned::Spanned as _;
-use syn::{Expr, ExprArray, ExprLit, ExprUnary, Ident, Lit, LitStr, Path, Token, UnOp};
+use syn::{Expr, ExprArray, ExprLit, ExprUnary, Ident, Lit, LitInt, LitStr, Path, Token, UnOp};
 
 use crate::duration::{self, MIN_LEASE_MS};
 use crate::key::{self, Template};
 
 /// The options, in the order the docs list them.
-const KNOWN: &str =
-    "`key`, `keys`, `permits`, `mode`, `fair`, `lease`, `wait`, `client` or `crate`";
-const NAMES: [&str; 9] = [
-    "key", "keys", "permits", "mode", "fair", "lease", "wait", "client", "crate",
+const KNOWN: &str = "`key`, `keys`, `permits`, `mode`, `fair`, `lease`, `wait`, `min_replicas`, \
+                     `client` or `crate`";
+const NAMES: [&str; 10] = [
+    "key",
+    "keys",
+    "permits",
+    "mode",
+    "fair",
+    "lease",
+    "wait",
+    "min_replicas",
+    "client",
+    "crate",
 ];
 
 const KEYS_EXAMPLE: &str = "`keys = [\"account:<from>\", \"account:<to>\"]`";
@@ -79,6 +89,9 @@ pub(crate) struct Options {
     pub(crate) lease: Option<u64>,
     /// Milliseconds; `None` leaves the client's default.
     pub(crate) wait: Option<u64>,
+    /// Replicas that must confirm the lock; `None` leaves the client's
+    /// setting, `Some(0)` turns it off for this lock.
+    pub(crate) min_replicas: Option<u32>,
     pub(crate) client: Option<Expr>,
     /// `crate = "..."`: where `lock_runtime` is.
     pub(crate) krate: Option<Path>,
@@ -143,6 +156,7 @@ impl Options {
             kind,
             lease: setters.lease,
             wait: setters.wait,
+            min_replicas: setters.min_replicas,
             client: setters.client,
             krate: setters.krate,
         })
@@ -159,6 +173,7 @@ struct Setters {
     fair: Option<bool>,
     lease: Option<u64>,
     wait: Option<u64>,
+    min_replicas: Option<u32>,
     client: Option<Expr>,
     krate: Option<Path>,
     /// The options given, in order, with the spans of their names; an
@@ -194,6 +209,7 @@ impl Setters {
             "fair" => self.set_fair(value),
             "lease" => self.set_lease(value),
             "wait" => self.set_wait(value),
+            "min_replicas" => self.set_min_replicas(value),
             "client" => self.set_client(value),
             _ => self.set_crate(value),
         }
@@ -367,50 +383,12 @@ impl Setters {
     }
 
     fn set_permits(&mut self, value: Expr) -> syn::Result<()> {
-        const EXPECTED: &str =
-            "how many holders the semaphore lets in at once, a whole number like `permits = 3`";
-        let int = match &value {
-            Expr::Lit(ExprLit {
-                lit: Lit::Int(int), ..
-            }) if matches!(int.suffix(), "" | "u32") => int,
-            Expr::Lit(ExprLit {
-                lit: Lit::Str(lit), ..
-            }) if lit.value().parse::<u32>().is_ok() => {
-                return Err(syn::Error::new(
-                    lit.span(),
-                    format!(
-                        "`permits` takes a number, not a string: write `permits = {}`",
-                        lit.value()
-                    ),
-                ));
-            }
-            Expr::Unary(ExprUnary {
-                op: UnOp::Neg(_),
-                expr,
-                ..
-            }) if matches!(
-                **expr,
-                Expr::Lit(ExprLit {
-                    lit: Lit::Int(_),
-                    ..
-                })
-            ) =>
-            {
-                return Err(syn::Error::new_spanned(
-                    value,
-                    "`permits` is at least 1: it is how many holders the semaphore lets in at once",
-                ));
-            }
-            value => {
-                return Err(syn::Error::new_spanned(
-                    value,
-                    format!("`permits` takes {EXPECTED}"),
-                ));
-            }
-        };
-        let permits = int.base10_parse::<u32>().map_err(|_| {
-            syn::Error::new(int.span(), format!("`permits` is at most {}", u32::MAX))
-        })?;
+        let (int, permits) = whole_number(
+            &value,
+            "permits",
+            "how many holders the semaphore lets in at once, a whole number like `permits = 3`",
+            "`permits` is at least 1: it is how many holders the semaphore lets in at once",
+        )?;
         if permits == 0 {
             return Err(syn::Error::new(
                 int.span(),
@@ -418,6 +396,19 @@ impl Setters {
             ));
         }
         self.permits = Some(permits);
+        Ok(())
+    }
+
+    fn set_min_replicas(&mut self, value: Expr) -> syn::Result<()> {
+        let (_, replicas) = whole_number(
+            &value,
+            "min_replicas",
+            "how many replicas must confirm the lock, a whole number like `min_replicas = 1` \
+             (0 turns the client's `min_replicas` off for this lock)",
+            "`min_replicas` cannot be negative: it is how many replicas must confirm the lock; \
+             0 turns the client's `min_replicas` off for this lock",
+        )?;
+        self.min_replicas = Some(replicas);
         Ok(())
     }
 
@@ -550,6 +541,58 @@ fn string(value: &Expr, option: &str, expected: &str) -> syn::Result<LitStr> {
     }
 }
 
+/// A whole-number option's literal and value, a `u32` written without a
+/// suffix or with `u32`; `expected` says what the option takes, `negative`
+/// why it is not negative.
+fn whole_number(
+    value: &Expr,
+    option: &str,
+    expected: &str,
+    negative: &str,
+) -> syn::Result<(LitInt, u32)> {
+    let int = match value {
+        Expr::Lit(ExprLit {
+            lit: Lit::Int(int), ..
+        }) if matches!(int.suffix(), "" | "u32") => int,
+        // `permits = "3"`: say which number would work.
+        Expr::Lit(ExprLit {
+            lit: Lit::Str(lit), ..
+        }) if lit.value().parse::<u32>().is_ok() => {
+            return Err(syn::Error::new(
+                lit.span(),
+                format!(
+                    "`{option}` takes a number, not a string: write `{option} = {}`",
+                    lit.value()
+                ),
+            ));
+        }
+        Expr::Unary(ExprUnary {
+            op: UnOp::Neg(_),
+            expr,
+            ..
+        }) if matches!(
+            **expr,
+            Expr::Lit(ExprLit {
+                lit: Lit::Int(_),
+                ..
+            })
+        ) =>
+        {
+            return Err(syn::Error::new_spanned(value, negative));
+        }
+        value => {
+            return Err(syn::Error::new_spanned(
+                value,
+                format!("`{option}` takes {expected}"),
+            ));
+        }
+    };
+    let number = int
+        .base10_parse::<u32>()
+        .map_err(|_| syn::Error::new(int.span(), format!("`{option}` is at most {}", u32::MAX)))?;
+    Ok((int.clone(), number))
+}
+
 /// A duration option's literal and milliseconds.
 fn duration_option(value: &Expr, option: &str, example: &str) -> syn::Result<(LitStr, u64)> {
     let lit = match value {
@@ -637,6 +680,7 @@ mod tests {
             key = "order:<id>",
             lease = "1m30s",
             wait = "0s",
+            min_replicas = 2,
             client = self.locks,
             crate = "::my::locks",
         ))
@@ -646,6 +690,7 @@ mod tests {
         assert_eq!(options.kind, Kind::Exclusive);
         assert_eq!(options.lease, Some(90_000));
         assert_eq!(options.wait, Some(0));
+        assert_eq!(options.min_replicas, Some(2));
         assert!(options.client.is_some());
         assert!(options.krate.is_some());
     }
@@ -654,6 +699,7 @@ mod tests {
     fn lease_and_wait_default_to_none() {
         let options = Options::parse(quote!(key = "k")).unwrap();
         assert!(options.lease.is_none() && options.wait.is_none() && options.client.is_none());
+        assert!(options.min_replicas.is_none());
     }
 
     #[test]
@@ -670,7 +716,8 @@ mod tests {
             "{unknown}"
         );
         assert!(unknown.contains(
-            "`key`, `keys`, `permits`, `mode`, `fair`, `lease`, `wait`, `client` or `crate`"
+            "`key`, `keys`, `permits`, `mode`, `fair`, `lease`, `wait`, `min_replicas`, \
+             `client` or `crate`"
         ));
         assert!(!error(quote!(key = "k", bogus = 1)).contains("did you mean"));
         assert!(error(quote!(key = "a", key = "b")).contains("`key` is given more than once"));
@@ -743,6 +790,57 @@ mod tests {
         );
         assert!(error(quote!(key = "k", permits = n)).contains("`permits` takes how many holders"));
         assert!(error(quote!(key = "k", permits = 4294967296)).contains("at most 4294967295"));
+    }
+
+    #[test]
+    fn min_replicas_is_a_whole_number() {
+        for (args, replicas) in [
+            (quote!(key = "k", min_replicas = 1), 1),
+            (quote!(key = "k", min_replicas = 0), 0),
+            (quote!(key = "k", min_replicas = 2u32), 2),
+            (quote!(key = "k", min_replicas = 4294967295), u32::MAX),
+            (quote!(keys = ["a", "b"], min_replicas = 1), 1),
+            (quote!(key = "k", permits = 3, min_replicas = 1), 1),
+            (quote!(key = "k", mode = "read", min_replicas = 1), 1),
+            (quote!(key = "k", fair = true, min_replicas = 1), 1),
+        ] {
+            let options = Options::parse(args.clone()).unwrap_or_else(|e| panic!("{args}: {e}"));
+            assert_eq!(options.min_replicas, Some(replicas), "{args}");
+        }
+        // The kind of lock is not changed by it.
+        let options = Options::parse(quote!(key = "k", permits = 3, min_replicas = 1)).unwrap();
+        assert_eq!(options.kind, Kind::Permits(3));
+    }
+
+    #[test]
+    fn rejects_bad_min_replicas() {
+        assert!(error(quote!(key = "k", min_replicas = "1")).contains("write `min_replicas = 1`"));
+        assert!(
+            error(quote!(key = "k", min_replicas = -1))
+                .contains("`min_replicas` cannot be negative")
+        );
+        assert!(
+            error(quote!(key = "k", min_replicas = 4294967296))
+                .contains("`min_replicas` is at most 4294967295")
+        );
+        for args in [
+            quote!(key = "k", min_replicas = 1.5),
+            quote!(key = "k", min_replicas = 1u8),
+            quote!(key = "k", min_replicas = true),
+            quote!(key = "k", min_replicas = replicas),
+            quote!(key = "k", min_replicas = "one"),
+        ] {
+            let message = error(args.clone());
+            assert!(
+                message.contains("`min_replicas` takes how many replicas must confirm the lock"),
+                "{args}: {message}"
+            );
+        }
+        assert!(
+            error(quote!(key = "k", min_replicas = 1, min_replicas = 2))
+                .contains("`min_replicas` is given more than once")
+        );
+        assert_eq!(did_you_mean("min_replica", NAMES), Some("min_replicas"));
     }
 
     #[test]

@@ -3,7 +3,7 @@
 //! ```text
 //! async fn f(args) -> Result<T, E> {
 //!     let __lock_keys = /* a Vec of keys, each template written with one `write_fmt` */;
-//!     let __lock_acquired = /* acquire_kind on the client: kind, keys, lease, wait */;
+//!     let __lock_acquired = /* acquire_kind on the client: kind, keys, lease, wait, min_replicas */;
 //!     let __lock_outcome = match __lock_acquired {   // Result<Result<T, E>, LockError>
 //!         Ok(guard) => __private::run(guard, async move { Ok(async move { body }.await) }).await,
 //!         Err(e) => Err(e),
@@ -44,6 +44,7 @@ pub(crate) fn function(function: &LockedFn, options: &Options, ret: &Type) -> To
     let kind = kind(options.kind, &private);
     let lease = duration(options.lease);
     let wait = duration(options.wait);
+    let replicas = replicas(options.min_replicas);
     let acquire = match &options.client {
         // A clone, so that temporaries of the expression (a mutex guard, a
         // borrow of `self`) end here, before any `.await`. A reference, an
@@ -60,14 +61,14 @@ pub(crate) fn function(function: &LockedFn, options: &Options, ret: &Type) -> To
                 #[allow(clippy::clone_on_copy, clippy::redundant_clone)]
                 let #client = #clone;
                 let #client_ref: &#private::LockClient = #borrow;
-                #private::acquire_kind(#client_ref, #kind, #keys, #lease, #wait).await
+                #private::acquire_kind(#client_ref, #kind, #keys, #lease, #wait, #replicas).await
             }}
         }
         None => quote! {{
             let #client = #private::default_client();
             match #client {
                 ::core::result::Result::Ok(#client) => {
-                    #private::acquire_kind(&#client, #kind, #keys, #lease, #wait).await
+                    #private::acquire_kind(&#client, #kind, #keys, #lease, #wait, #replicas).await
                 }
                 ::core::result::Result::Err(#error) => ::core::result::Result::Err(#error),
             }
@@ -150,6 +151,18 @@ fn duration(ms: Option<u64>) -> TokenStream {
         Some(ms) => {
             let ms = Literal::u64_suffixed(ms);
             quote!(::core::option::Option::Some(::core::time::Duration::from_millis(#ms)))
+        }
+        None => quote!(::core::option::Option::None),
+    }
+}
+
+/// `Some(n)` for `min_replicas = n` (0 included: it overrides the client's
+/// setting), `None` to leave the client's.
+fn replicas(replicas: Option<u32>) -> TokenStream {
+    match replicas {
+        Some(replicas) => {
+            let replicas = Literal::u32_suffixed(replicas);
+            quote!(::core::option::Option::Some(#replicas))
         }
         None => quote!(::core::option::Option::None),
     }
@@ -425,6 +438,36 @@ mod tests {
                 code.contains(&format!("__private :: {kind} ,")),
                 "{args}: {code}"
             );
+        }
+    }
+
+    #[test]
+    fn min_replicas_is_passed_as_a_constant() {
+        let function = quote!(
+            async fn f() -> Result<(), E> {
+                Ok(())
+            }
+        );
+        for (args, passed) in [
+            (
+                quote!(key = "k", min_replicas = 2),
+                "Option :: Some (2u32))",
+            ),
+            // 0 is passed too: it turns the client's setting off.
+            (
+                quote!(key = "k", min_replicas = 0),
+                "Option :: Some (0u32))",
+            ),
+            (quote!(key = "k"), "Option :: None)"),
+        ] {
+            let code = expand(args.clone(), function.clone());
+            // The last argument of `acquire_kind`.
+            let call = code
+                .find("acquire_kind")
+                .map(|at| &code[at..])
+                .unwrap_or_else(|| panic!("{code}"));
+            let end = call.find(". await").unwrap_or_else(|| panic!("{code}"));
+            assert!(call[..end].trim_end().ends_with(passed), "{args}: {code}");
         }
     }
 

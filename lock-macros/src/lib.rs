@@ -71,6 +71,7 @@ use quote::quote;
 /// | `fair` | `true` or `false` | `false` |
 /// | `lease` | duration string | the client's default lease (30 s unless set on the builder) |
 /// | `wait` | duration string; `"0s"` tries once | the client's default wait (10 s unless set on the builder) |
+/// | `min_replicas` | whole number; `0` turns the client's setting off | the client's `min_replicas` (0 unless set on the builder) |
 /// | `client` | expression giving a `LockClient` | the client passed to `lock_runtime::install` |
 /// | `crate` | path string | `"::lock_runtime"` |
 ///
@@ -221,6 +222,40 @@ use quote::quote;
 /// // Skip the run if another instance is already doing it.
 /// #[distributed_lock(key = "job:reindex", wait = "0s")]
 /// async fn reindex() -> Result<(), LockError> {
+///     Ok(())
+/// }
+/// ```
+///
+/// ## `min_replicas`
+///
+/// How many replicas of the Redis master must have the lock before the body
+/// runs. After taking the lock, the client asks the master to `WAIT` until
+/// that many replicas have it; if fewer confirm within the client's
+/// [replica timeout](../lock_runtime/struct.LockClientBuilder.html#method.replica_timeout),
+/// the lock is given back and the attempt fails with
+/// `LockError::NotReplicated`, which is retried within `wait` (and
+/// returned when the wait is over). Every renewal is confirmed the same
+/// way. This keeps a lock from being granted twice when the master fails
+/// and a replica takes over before the lock reached it.
+///
+/// Without `min_replicas`, the function uses the client's
+/// [`min_replicas`](../lock_runtime/struct.LockClientBuilder.html#method.min_replicas);
+/// `min_replicas = 0` turns it off for this function, for a lock that does
+/// not need to survive a failover and should not wait for replicas. The
+/// value is checked at compile time: a whole number from 0 to 4294967295,
+/// not a string, a negative number or an expression.
+///
+/// ```
+/// # use lock_runtime::{distributed_lock, LockError};
+/// // Runs only once a replica has the lock.
+/// #[distributed_lock(key = "payout:<id>", min_replicas = 1)]
+/// async fn pay_out(id: u64) -> Result<(), LockError> {
+///     Ok(())
+/// }
+///
+/// // A cache refresh: no need to wait for replicas, whatever the client says.
+/// #[distributed_lock(key = "cache:<name>", min_replicas = 0)]
+/// async fn refresh(name: &str) -> Result<(), LockError> {
 ///     Ok(())
 /// }
 /// ```
@@ -415,7 +450,7 @@ use quote::quote;
 /// ```
 ///
 /// The other kinds of lock start from other requests, with the same
-/// `lease`, `wait`, `acquire` and `scope`:
+/// `lease`, `wait`, `min_replicas`, `acquire` and `scope`:
 ///
 /// | attribute | runtime |
 /// |---|---|

@@ -12,4 +12,9 @@ async fn misspelt(id: u64) -> Result<(), LockError> {
     Ok(())
 }
 
+#[distributed_lock(key = "a", min_replica = 1)]
+async fn misspelt_replicas(id: u64) -> Result<(), LockError> {
+    Ok(())
+}
+
 fn main() {}
