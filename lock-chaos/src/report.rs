@@ -215,6 +215,9 @@ pub fn markdown(options: &Options, all: &[KindRun]) -> String {
     out
 }
 
+/// A row of the topology table: its name and how to get a run's value.
+type Row = (&'static str, fn(&KindRun) -> String);
+
 /// The topology runs: a table next to the single-Redis exclusive run, then
 /// one section per run.
 fn topologies(w: &mut String, options: &Options, single: &[KindRun], runs: &[&KindRun]) {
@@ -259,7 +262,7 @@ fn topologies(w: &mut String, options: &Options, single: &[KindRun], runs: &[&Ki
         }
         let _ = writeln!(w);
     }
-    let rows: [(&str, fn(&KindRun) -> String); 4] = [
+    let rows: [Row; 4] = [
         ("*acquisitions (critical sections entered)*", |r| {
             r.figures.acquisitions.to_string()
         }),
