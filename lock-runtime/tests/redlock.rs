@@ -41,7 +41,7 @@ async fn exclusion_holds_while_a_master_is_paused_and_another_killed() {
     // One master frozen (answers nothing), one dead: three still agree.
     masters[1].pause();
     masters[3].kill();
-    let faulty = contend(&clients, &name, 8, 10, Duration::from_secs(2)).await;
+    let faulty = contend(&clients, &name, 4, 10, Duration::from_secs(2)).await;
     masters[1].resume();
 
     for run in [&quiet, &faulty] {
@@ -80,7 +80,15 @@ async fn a_lock_is_held_on_a_majority_and_released_everywhere() {
     assert!(err.is_timeout(), "{err}");
 
     guard.release().await.expect("release");
-    assert_eq!(masters.iter().filter(|m| has_key(m, &name)).count(), 0);
+    // The release returns once a majority answered; the rest follow.
+    let gone = async {
+        while masters.iter().any(|m| has_key(m, &name)) {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(3), gone)
+        .await
+        .expect("released on every master");
     let again = other
         .lock(name.as_str())
         .wait(Duration::ZERO)
