@@ -49,7 +49,7 @@ async fn exclusion_holds_while_a_master_is_paused_and_another_killed() {
         assert_eq!(run.count, run.fences.len() as u64, "lost an update");
     }
     assert_eq!(
-        faulty.count, 80,
+        faulty.count, 40,
         "errors with three masters up: {:?}",
         faulty.errors
     );
