@@ -194,12 +194,11 @@ async fn a_restarted_server_means_loss_and_the_client_recovers() {
             .acquire()
             .await,
     );
-    // uptime_in_seconds counts whole seconds: up to one more.
+    // Redis counts uptime_in_seconds from the whole second it started in
+    // and reports whole seconds, so the quarantine can end up to a second
+    // early or late by the wall clock.
     let waited = restarted.elapsed();
-    assert!(
-        waited >= QUARANTINE - Duration::from_millis(500),
-        "{waited:?}"
-    );
+    assert!(waited >= QUARANTINE - Duration::from_secs(1), "{waited:?}");
     assert!(waited < QUARANTINE + Duration::from_secs(3), "{waited:?}");
     assert!(!again.is_lost());
     // The restarted server lost the fencing counter; tokens still grow.
