@@ -63,7 +63,9 @@ pub enum LockError {
         /// Redis's answer.
         source: redis::RedisError,
     },
-    /// Redis could not be reached: refused, reset, or not answering in time.
+    /// Redis could not be reached: refused, reset, or not answering in time;
+    /// or a deployment between masters (a Cluster slot down or moving, a
+    /// master down, a server still loading its data).
     #[error("Redis unavailable{}: {source}", for_key(key))]
     Unavailable {
         /// The lock's name, when the failure concerned one lock.
@@ -212,14 +214,54 @@ impl LockError {
                     source,
                 }
             }
+            // A Cluster in the middle of a failover answers CLUSTERDOWN,
+            // TRYAGAIN or keeps redirecting until the new master is known;
+            // a replica promoted or a restarted server may still be loading
+            // its data. Each passes once the deployment settles.
+            ErrorKind::Server(ServerErrorKind::MasterDown | ServerErrorKind::BusyLoading) => {
+                LockError::Unavailable { key, source }
+            }
             _ if source.is_io_error()
                 || source.is_connection_refusal()
                 || source.is_connection_dropped()
-                || source.is_timeout() =>
+                || source.is_timeout()
+                || source.is_cluster_error() =>
             {
                 LockError::Unavailable { key, source }
             }
             _ => LockError::Redis { key, source },
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::LockError;
+    use redis::{ErrorKind, RedisError, ServerErrorKind};
+
+    fn server(kind: ServerErrorKind) -> RedisError {
+        RedisError::from((ErrorKind::Server(kind), "from the test"))
+    }
+
+    #[test]
+    fn a_deployment_between_masters_is_unavailable() {
+        for kind in [
+            ServerErrorKind::ClusterDown,
+            ServerErrorKind::TryAgain,
+            ServerErrorKind::Moved,
+            ServerErrorKind::Ask,
+            ServerErrorKind::MasterDown,
+            ServerErrorKind::BusyLoading,
+        ] {
+            let err = LockError::from_redis(Some("k"), server(kind));
+            assert!(err.is_unavailable(), "{kind:?}: {err:?}");
+        }
+    }
+
+    #[test]
+    fn script_errors_are_not_unavailable() {
+        let err = LockError::from_redis(Some("k"), server(ServerErrorKind::ResponseError));
+        assert!(!err.is_unavailable(), "{err:?}");
+        assert!(matches!(err, LockError::Redis { .. }));
     }
 }
