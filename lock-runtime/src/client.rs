@@ -14,6 +14,7 @@ use crate::config::{Config, LockClientBuilder};
 use crate::connection::{self, Conn, Following, OnSwitch, Sentinels};
 use crate::deployment::Deployment;
 use crate::error::LockError;
+use crate::owner;
 use crate::request::{Kind, LockRequest};
 use crate::scripts::{Node, Quarantine};
 use crate::wakeups::{Subscriber, Wakeups};
@@ -46,6 +47,8 @@ pub struct LockClient {
 
 pub(crate) struct Inner {
     pub(crate) id: Uuid,
+    /// `NAME@HOST:PID/CLIENT`, the part every owner id of this client shares.
+    owner_prefix: String,
     pub(crate) config: Config,
     pub(crate) backend: Backend,
     pub(crate) wakeups: Wakeups,
@@ -342,9 +345,11 @@ impl LockClient {
         ));
         let id = Uuid::new_v4();
         tracing::debug!(client = %id, prefix = %config.prefix, "lock client connected");
+        let owner_prefix = format!("{}/{id}", owner::this_process(config.name.as_deref()));
         Ok(LockClient {
             inner: Arc::new(Inner {
                 id,
+                owner_prefix,
                 config,
                 backend,
                 wakeups,
@@ -483,6 +488,6 @@ impl LockClient {
     /// A fresh owner id for an acquisition outside any scope.
     pub(crate) fn new_owner(&self) -> Arc<str> {
         let scope = self.inner.next_scope.fetch_add(1, Ordering::Relaxed);
-        format!("{}:{scope}", self.inner.id).into()
+        format!("{}:{scope}", self.inner.owner_prefix).into()
     }
 }

@@ -15,6 +15,8 @@ pub const MIN_LEASE: Duration = Duration::from_millis(100);
 #[derive(Debug, Clone)]
 pub(crate) struct Config {
     pub(crate) prefix: String,
+    /// The client's readable name in owner ids (None: the program's name).
+    pub(crate) name: Option<String>,
     pub(crate) default_lease: Duration,
     pub(crate) default_wait: Duration,
     pub(crate) drift: Option<Duration>,
@@ -33,6 +35,7 @@ impl Default for Config {
     fn default() -> Self {
         Config {
             prefix: "lock:".to_owned(),
+            name: None,
             default_lease: Duration::from_secs(30),
             default_wait: Duration::from_secs(10),
             drift: None,
@@ -114,6 +117,15 @@ impl LockClientBuilder {
             deployment,
             config: Config::default(),
         }
+    }
+
+    /// The name this client's owner ids carry, so that an operator listing
+    /// locks (`lockctl list`) can tell who holds what. Default: the
+    /// program's name. Owner ids also carry the host and process id; see
+    /// [`OwnerId`](crate::OwnerId).
+    pub fn name(mut self, name: impl Into<String>) -> Self {
+        self.config.name = Some(name.into());
+        self
     }
 
     /// Prefix of every Redis key and channel this client uses (default `lock:`).

@@ -66,6 +66,7 @@ mod install;
 mod keys;
 #[allow(dead_code)] // Until `LockClient::in_memory` uses it.
 mod memory;
+mod owner;
 mod request;
 mod scope;
 mod scripts;
@@ -79,6 +80,7 @@ pub use error::{LockError, LossReason};
 pub use guard::LockGuard;
 pub use install::{install, installed};
 pub use lock_macros::distributed_lock;
+pub use owner::{BadOwnerId, OwnerId};
 pub use request::LockRequest;
 pub use scope::{CurrentLock, current, current_locks};
 
