@@ -142,6 +142,19 @@ async fn connect_deployment(
                 connect_server(url, config, wakeups.push_handler(0, registry.clone())).await?;
             Ok((vec![node], vec![subscriber], 1))
         }
+        Deployment::Memory(store) => {
+            let push = wakeups.push_handler(0, registry.clone());
+            let subscriber = store.server.subscriber(move |message| {
+                // The handler only queues: it cannot fail.
+                let _ = push(message);
+            });
+            let node = Connected {
+                conn: Conn::Memory(store.server.clone()),
+                replicated: Conn::Memory(store.server.clone()),
+                address: "memory".to_owned(),
+            };
+            Ok((vec![node], vec![Subscriber::Memory(subscriber)], 1))
+        }
         Deployment::Redlock(urls) => {
             let connecting = urls.iter().enumerate().map(|(i, url)| {
                 connect_server(url, config, wakeups.push_handler(i, registry.clone()))

@@ -259,7 +259,7 @@ impl LockClientBuilder {
                 "replica_timeout must be longer than zero".into(),
             ));
         }
-        if self.deployment.urls().is_empty() {
+        if self.deployment.urls().is_empty() && !matches!(self.deployment, Deployment::Memory(_)) {
             return Err(LockError::Config("the deployment names no server".into()));
         }
         config.check_lease("(default)", config.default_lease)?;

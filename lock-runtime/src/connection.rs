@@ -25,6 +25,7 @@ use redis::{
 
 use crate::config::Config;
 use crate::error::LockError;
+use crate::memory::MemoryServer;
 
 /// A command connection to one lock store.
 #[derive(Clone)]
@@ -32,6 +33,8 @@ pub(crate) enum Conn {
     Manager(ConnectionManager),
     Cluster(ClusterConnection),
     Following(Following),
+    /// The in-process store of [`LockClient::in_memory`](crate::LockClient::in_memory).
+    Memory(MemoryServer),
 }
 
 impl ConnectionLike for Conn {
@@ -40,6 +43,7 @@ impl ConnectionLike for Conn {
             Conn::Manager(conn) => conn.req_packed_command(cmd),
             Conn::Cluster(conn) => conn.req_packed_command(cmd),
             Conn::Following(conn) => conn.req_packed_command(cmd),
+            Conn::Memory(conn) => conn.req_packed_command(cmd),
         }
     }
 
@@ -53,6 +57,7 @@ impl ConnectionLike for Conn {
             Conn::Manager(conn) => conn.req_packed_commands(pipeline, offset, count),
             Conn::Cluster(conn) => conn.req_packed_commands(pipeline, offset, count),
             Conn::Following(conn) => conn.req_packed_commands(pipeline, offset, count),
+            Conn::Memory(conn) => conn.req_packed_commands(pipeline, offset, count),
         }
     }
 
@@ -61,6 +66,7 @@ impl ConnectionLike for Conn {
             Conn::Manager(conn) => conn.get_db(),
             Conn::Cluster(conn) => conn.get_db(),
             Conn::Following(conn) => conn.get_db(),
+            Conn::Memory(conn) => conn.get_db(),
         }
     }
 }

@@ -1,5 +1,7 @@
 //! Where the locks live: one server, a Cluster, a Sentinel-watched master,
-//! or independent masters for Redlock.
+//! or independent masters for Redlock; or this process's memory, for tests.
+
+use crate::in_memory::MemoryStore;
 
 /// The Redis deployment a [`LockClient`](crate::LockClient) takes its locks on.
 ///
@@ -63,6 +65,10 @@ pub enum Deployment {
     /// when a majority of them granted it (Redlock). See the README's
     /// "Redlock" section for what that promises.
     Redlock(Vec<String>),
+    /// A store in this process's memory, for unit tests without Redis (see
+    /// [`LockClient::in_memory`](crate::LockClient::in_memory)). Clients
+    /// built on clones of one [`MemoryStore`] exclude each other.
+    Memory(MemoryStore),
 }
 
 impl Deployment {
@@ -102,6 +108,7 @@ impl Deployment {
             Deployment::Server(url) => std::slice::from_ref(url),
             Deployment::Cluster(urls) | Deployment::Redlock(urls) => urls,
             Deployment::Sentinel { sentinels, .. } => sentinels,
+            Deployment::Memory(_) => &[],
         }
     }
 }
@@ -121,5 +128,11 @@ impl From<String> for Deployment {
 impl From<&String> for Deployment {
     fn from(url: &String) -> Deployment {
         Deployment::Server(url.clone())
+    }
+}
+
+impl From<MemoryStore> for Deployment {
+    fn from(store: MemoryStore) -> Deployment {
+        Deployment::Memory(store)
     }
 }

@@ -62,9 +62,9 @@ mod connection;
 mod deployment;
 mod error;
 mod guard;
+mod in_memory;
 mod install;
 mod keys;
-#[allow(dead_code)] // Until `LockClient::in_memory` uses it.
 mod memory;
 mod owner;
 mod request;
@@ -78,6 +78,7 @@ pub use config::{LockClientBuilder, MIN_LEASE};
 pub use deployment::Deployment;
 pub use error::{LockError, LossReason};
 pub use guard::LockGuard;
+pub use in_memory::MemoryStore;
 pub use install::{install, installed};
 pub use lock_macros::distributed_lock;
 pub use owner::{BadOwnerId, OwnerId};

@@ -24,6 +24,7 @@ use tokio::sync::{Notify, mpsc, watch};
 use tokio_util::sync::CancellationToken;
 
 use crate::connection::Following;
+use crate::memory::MemorySubscriber;
 use crate::watchdog::Registry;
 
 /// Whether a channel's subscription is confirmed by the server.
@@ -412,6 +413,8 @@ pub(crate) enum Subscriber {
     /// channel lives in its own slot. redis-rs subscribes again by itself
     /// when slots move.
     Cluster(ClusterConnection),
+    /// The in-process store's subscriber.
+    Memory(MemorySubscriber),
 }
 
 impl Subscriber {
@@ -425,6 +428,7 @@ impl Subscriber {
                 }
                 Ok(())
             }
+            Subscriber::Memory(subscriber) => subscriber.subscribe(names),
         }
     }
 
@@ -433,6 +437,7 @@ impl Subscriber {
             Subscriber::Manager(conn) => conn.unsubscribe(name).await,
             Subscriber::Following(conn) => conn.manager().unsubscribe(name).await,
             Subscriber::Cluster(conn) => conn.sunsubscribe(name).await,
+            Subscriber::Memory(subscriber) => subscriber.unsubscribe(name),
         }
     }
 

@@ -140,15 +140,6 @@ pub(crate) fn lookup(name: &[u8]) -> Option<&'static Command> {
         .find(|command| command.name.as_bytes().eq_ignore_ascii_case(name))
 }
 
-/// Runs one command sent by a client (not a script): unknown commands and
-/// wrong arities get Redis's replies.
-pub(crate) fn execute(ctx: &mut Ctx<'_>, args: &[Vec<u8>]) -> Reply {
-    match check(args) {
-        Ok(command) => command.run(ctx, args),
-        Err(error) => error,
-    }
-}
-
 /// The command `args` call, or the error Redis replies to a client when it
 /// is unknown or given a wrong number of arguments.
 pub(crate) fn check(args: &[Vec<u8>]) -> Result<&'static Command> {

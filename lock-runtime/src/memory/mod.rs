@@ -149,7 +149,13 @@ impl MemoryServer {
         }
     }
 
+    /// Whether `other` is a clone of this server.
+    pub(crate) fn same_as(&self, other: &MemoryServer) -> bool {
+        Arc::ptr_eq(&self.inner, &other.inner)
+    }
+
     /// The run id INFO reports (40 hex digits, new at every restart).
+    #[cfg(test)]
     pub(crate) fn run_id(&self) -> String {
         lock(&self.inner.state).info.run_id.clone()
     }

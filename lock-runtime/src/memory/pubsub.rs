@@ -238,12 +238,14 @@ impl MemorySubscriber {
 
     /// SSUBSCRIBE: from now on, SPUBLISH to any of `channels` reaches this
     /// subscriber, as `PushKind::SMessage`.
+    #[cfg(test)]
     pub(crate) fn ssubscribe(&self, channels: &[&str]) -> redis::RedisResult<()> {
         self.add(channels, true);
         Ok(())
     }
 
     /// SUNSUBSCRIBE from one shard channel.
+    #[cfg(test)]
     pub(crate) fn sunsubscribe(&self, channel: &str) -> redis::RedisResult<()> {
         self.remove(channel, true);
         Ok(())

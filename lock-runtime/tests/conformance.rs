@@ -1,0 +1,418 @@
+//! One suite, two backends: every test here runs against a real
+//! `redis-server` (module `on_redis`) and against the in-process store of
+//! `LockClient::in_memory` (module `in_memory`), which must behave the same
+//! way: leases, re-entry, every lock kind, fairness, fencing, waking, loss.
+
+mod common;
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use common::{QUARANTINE, contend, spawn_acquire};
+use lock_runtime::{LockClient, LockClientBuilder, LockError, MemoryStore, distributed_lock};
+use lock_testkit::{RedisServer, unique_key};
+
+/// Where the locks of one test live.
+enum Store {
+    Redis(RedisServer),
+    Memory(MemoryStore),
+}
+
+impl Store {
+    fn redis() -> Store {
+        Store::Redis(RedisServer::start())
+    }
+
+    fn memory() -> Store {
+        Store::Memory(MemoryStore::new())
+    }
+
+    /// A builder with the test clients' settings.
+    fn builder(&self) -> LockClientBuilder {
+        match self {
+            Store::Redis(server) => common::builder(server),
+            Store::Memory(store) => LockClient::builder(store.clone())
+                .connect_timeout(Duration::from_secs(1))
+                .command_timeout(Duration::from_millis(500))
+                .restart_quarantine(QUARANTINE),
+        }
+    }
+
+    async fn client(&self) -> LockClient {
+        self.builder().connect().await.expect("connect")
+    }
+
+    /// Loses every key at once: a restart without persistence.
+    fn restart(&mut self) {
+        match self {
+            Store::Redis(server) => server.restart(),
+            Store::Memory(store) => store.restart(),
+        }
+    }
+
+    /// What went on in the store, for failure messages.
+    fn log(&self) -> String {
+        match self {
+            Store::Redis(server) => server.log(),
+            Store::Memory(store) => format!("{store:?}"),
+        }
+    }
+
+    fn ok<T>(&self, result: Result<T, LockError>) -> T {
+        result.unwrap_or_else(|err| panic!("unexpected error: {err}\nstore:\n{}", self.log()))
+    }
+
+    async fn within<T>(&self, limit: Duration, what: &str, fut: impl Future<Output = T>) -> T {
+        match tokio::time::timeout(limit, fut).await {
+            Ok(out) => out,
+            Err(_) => panic!("{what} took longer than {limit:?}\nstore:\n{}", self.log()),
+        }
+    }
+}
+
+/// Generates each test twice: on a real server and in memory.
+macro_rules! conformance {
+    ($($test:ident),* $(,)?) => {
+        mod on_redis {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $test() {
+                    super::$test(super::Store::redis()).await
+                }
+            )*
+        }
+        mod in_memory {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $test() {
+                    super::$test(super::Store::memory()).await
+                }
+            )*
+        }
+    };
+}
+
+conformance! {
+    contending_clients_exclude_each_other_and_fences_grow,
+    a_held_lock_times_out_others_and_its_release_wakes_a_waiter,
+    a_short_lease_is_renewed_while_held,
+    the_same_scope_re_enters_and_a_spawned_task_waits,
+    losing_the_data_means_loss_then_quarantine_then_larger_tokens,
+    a_semaphore_admits_its_permits_only,
+    readers_share_and_writers_exclude,
+    fair_waiters_are_served_in_arrival_order,
+    lock_all_takes_every_lock_or_none,
+    the_attribute_runs_the_body_under_the_lock,
+}
+
+async fn contending_clients_exclude_each_other_and_fences_grow(store: Store) {
+    let clients = [store.client().await, store.client().await];
+    let name = unique_key("contend");
+    let seen = store
+        .within(
+            Duration::from_secs(60),
+            "contention",
+            contend(&clients, &name, 6, 5, Duration::from_secs(5)),
+        )
+        .await;
+    assert_eq!(seen.errors, Vec::<String>::new());
+    assert_eq!(seen.overlaps, 0);
+    assert_eq!(seen.count, 30);
+    assert!(
+        seen.fences.windows(2).all(|pair| pair[0] < pair[1]),
+        "{:?}",
+        seen.fences
+    );
+}
+
+async fn a_held_lock_times_out_others_and_its_release_wakes_a_waiter(store: Store) {
+    let (holder, other) = (store.client().await, store.client().await);
+    let name = unique_key("wake");
+    // A lease far longer than the test: only the release can let the
+    // waiter in within the bound below.
+    let lease = Duration::from_secs(30);
+    let guard = store.ok(holder.lock(name.as_str()).lease(lease).acquire().await);
+    let refused = other
+        .lock(name.as_str())
+        .wait(Duration::ZERO)
+        .acquire()
+        .await;
+    assert!(refused.expect_err("held").is_timeout());
+
+    let waiting = spawn_acquire(
+        other
+            .lock(name.as_str())
+            .lease(lease)
+            .wait(Duration::from_secs(20)),
+    );
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let fence = guard.fence();
+    let released = Instant::now();
+    store.ok(guard.release().await);
+    let (woke, next) = waiting.await.unwrap();
+    let next = store.ok(next);
+    assert!(
+        woke.duration_since(released) < Duration::from_secs(5),
+        "woken after {:?}",
+        woke.duration_since(released)
+    );
+    assert!(next.fence() > fence);
+}
+
+async fn a_short_lease_is_renewed_while_held(store: Store) {
+    let (holder, other) = (store.client().await, store.client().await);
+    let name = unique_key("renew");
+    let guard = store.ok(holder
+        .lock(name.as_str())
+        .lease(Duration::from_millis(300))
+        .acquire()
+        .await);
+    // Five leases later the lock is still ours.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert!(!guard.is_lost());
+    let refused = other
+        .lock(name.as_str())
+        .wait(Duration::ZERO)
+        .acquire()
+        .await;
+    assert!(refused.expect_err("still held").is_timeout());
+    store.ok(guard.release().await);
+    store.ok(other
+        .lock(name.as_str())
+        .wait(Duration::ZERO)
+        .acquire()
+        .await);
+}
+
+async fn the_same_scope_re_enters_and_a_spawned_task_waits(store: Store) {
+    let locks = store.client().await;
+    let name = unique_key("reenter");
+    let guard = store.ok(locks.lock(name.as_str()).acquire().await);
+    let fence = guard.fence();
+    let (inner_fence, spawned) = store.ok(guard
+        .scope(async {
+            let inner = locks.lock(name.as_str()).acquire().await?;
+            let inner_fence = inner.fence();
+            inner.release().await?;
+            // Another task is another owner, even inside the scope.
+            let (locks, name) = (locks.clone(), name.clone());
+            let spawned =
+                tokio::spawn(async move { locks.lock(name).wait(Duration::ZERO).acquire().await })
+                    .await
+                    .expect("task");
+            Ok::<_, LockError>((inner_fence, spawned))
+        })
+        .await
+        .and_then(|inner| inner));
+    assert_eq!(inner_fence, fence, "a re-entry keeps the token");
+    assert!(spawned.expect_err("another owner").is_timeout());
+    // The outer hold survived the inner release.
+    assert!(!guard.is_lost());
+    let refused = locks
+        .lock(name.as_str())
+        .wait(Duration::ZERO)
+        .acquire()
+        .await;
+    assert!(refused.expect_err("still held").is_timeout());
+    store.ok(guard.release().await);
+}
+
+async fn losing_the_data_means_loss_then_quarantine_then_larger_tokens(mut store: Store) {
+    let locks = store.client().await;
+    let name = unique_key("restart");
+    let guard = store.ok(locks
+        .lock(name.as_str())
+        .lease(Duration::from_secs(2))
+        .acquire()
+        .await);
+    let fence = guard.fence();
+    store.restart();
+    store
+        .within(Duration::from_secs(5), "lost() after restart", guard.lost())
+        .await;
+    drop(guard);
+    // Until the quarantine ends, no lock: holders from before the loss may
+    // not have been told yet.
+    let refused = store
+        .within(Duration::from_secs(5), "refusal", async {
+            loop {
+                match locks
+                    .lock(name.as_str())
+                    .wait(Duration::ZERO)
+                    .acquire()
+                    .await
+                {
+                    Err(err) if err.is_unavailable() => {
+                        tokio::time::sleep(Duration::from_millis(50)).await
+                    }
+                    other => return other,
+                }
+            }
+        })
+        .await;
+    assert!(refused.expect_err("quarantined").is_timeout());
+    let again = store.ok(locks
+        .lock(name.as_str())
+        .wait(QUARANTINE * 3)
+        .acquire()
+        .await);
+    assert!(again.fence() > fence, "{} <= {fence}", again.fence());
+}
+
+async fn a_semaphore_admits_its_permits_only(store: Store) {
+    let (first, second) = (store.client().await, store.client().await);
+    let name = unique_key("permits");
+    let mut held = Vec::new();
+    for locks in [&first, &second, &first] {
+        held.push(store.ok(locks.semaphore(name.as_str(), 3).acquire().await));
+    }
+    let refused = second
+        .semaphore(name.as_str(), 3)
+        .wait(Duration::ZERO)
+        .acquire()
+        .await;
+    assert!(refused.expect_err("three permits taken").is_timeout());
+    let waiting = spawn_acquire(
+        second
+            .semaphore(name.as_str(), 3)
+            .wait(Duration::from_secs(20)),
+    );
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    store.ok(held.remove(0).release().await);
+    let (_, fourth) = store
+        .within(Duration::from_secs(10), "fourth permit", waiting)
+        .await
+        .unwrap();
+    store.ok(fourth);
+}
+
+async fn readers_share_and_writers_exclude(store: Store) {
+    let (first, second) = (store.client().await, store.client().await);
+    let name = unique_key("rw");
+    let reader = store.ok(first.read_lock(name.as_str()).acquire().await);
+    let another = store.ok(second.read_lock(name.as_str()).acquire().await);
+    let refused = second
+        .write_lock(name.as_str())
+        .wait(Duration::ZERO)
+        .acquire()
+        .await;
+    assert!(refused.expect_err("readers in").is_timeout());
+    let writing = spawn_acquire(
+        second
+            .write_lock(name.as_str())
+            .wait(Duration::from_secs(20)),
+    );
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    store.ok(reader.release().await);
+    store.ok(another.release().await);
+    let (_, writer) = store
+        .within(Duration::from_secs(10), "writer", writing)
+        .await
+        .unwrap();
+    let writer = store.ok(writer);
+    let refused = first
+        .read_lock(name.as_str())
+        .wait(Duration::ZERO)
+        .acquire()
+        .await;
+    assert!(refused.expect_err("writer in").is_timeout());
+    store.ok(writer.release().await);
+}
+
+async fn fair_waiters_are_served_in_arrival_order(store: Store) {
+    const WAITERS: usize = 5;
+    let clients = [store.client().await, store.client().await];
+    let name = unique_key("fair");
+    let guard = store.ok(clients[0].fair_lock(name.as_str()).acquire().await);
+    let order = Arc::new(Mutex::new(Vec::new()));
+    let mut waiters = Vec::new();
+    for arrival in 0..WAITERS {
+        let (locks, name, order) = (clients[arrival % 2].clone(), name.clone(), order.clone());
+        waiters.push(tokio::spawn(async move {
+            let turn = locks
+                .fair_lock(name)
+                .wait(Duration::from_secs(30))
+                .acquire()
+                .await?;
+            order.lock().unwrap().push(arrival);
+            turn.release().await
+        }));
+        // Each waiter gets in line before the next arrives.
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    store.ok(guard.release().await);
+    for waiter in waiters {
+        store.ok(store
+            .within(Duration::from_secs(30), "fair waiter", waiter)
+            .await
+            .unwrap());
+    }
+    assert_eq!(*order.lock().unwrap(), (0..WAITERS).collect::<Vec<_>>());
+}
+
+async fn lock_all_takes_every_lock_or_none(store: Store) {
+    let (first, second) = (store.client().await, store.client().await);
+    let (a, b) = (unique_key("all-a"), unique_key("all-b"));
+    let b_held = store.ok(first.lock(b.as_str()).acquire().await);
+    let refused = second
+        .lock_all([a.as_str(), b.as_str()])
+        .wait(Duration::ZERO)
+        .acquire()
+        .await;
+    assert!(refused.expect_err("b is held").is_timeout());
+    // Nothing was taken: `a` is free.
+    let a_held = store.ok(first.lock(a.as_str()).wait(Duration::ZERO).acquire().await);
+    store.ok(a_held.release().await);
+    store.ok(b_held.release().await);
+    let both = store.ok(second
+        .lock_all([a.as_str(), b.as_str()])
+        .wait(Duration::ZERO)
+        .acquire()
+        .await);
+    assert_eq!(both.fences().len(), 2);
+}
+
+/// A locked function that records whether another body was inside.
+#[distributed_lock(key = "job:<id>", lease = "5s", wait = "20s", client = locks)]
+async fn locked_job(
+    locks: &LockClient,
+    id: &str,
+    inside: &Mutex<u32>,
+    most: &Mutex<u32>,
+) -> Result<u64, LockError> {
+    {
+        let mut now = inside.lock().unwrap();
+        *now += 1;
+        let mut most = most.lock().unwrap();
+        *most = (*most).max(*now);
+    }
+    // Re-entering the same lock inside the body does not deadlock.
+    let token = nested_job(locks, id).await?;
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    *inside.lock().unwrap() -= 1;
+    Ok(token)
+}
+
+#[distributed_lock(key = "job:<id>", wait = "0s", client = locks)]
+async fn nested_job(locks: &LockClient, id: &str) -> Result<u64, LockError> {
+    Ok(lock_runtime::current().expect("inside a lock").fence)
+}
+
+async fn the_attribute_runs_the_body_under_the_lock(store: Store) {
+    let clients = [store.client().await, store.client().await];
+    let id = unique_key("attr");
+    let (inside, most) = (Mutex::new(0), Mutex::new(0));
+    let runs = (0..6).map(|i| locked_job(&clients[i % 2], &id, &inside, &most));
+    let tokens = store
+        .within(
+            Duration::from_secs(60),
+            "locked jobs",
+            futures_util::future::join_all(runs),
+        )
+        .await;
+    let mut tokens: Vec<u64> = tokens.into_iter().map(|t| store.ok(t)).collect();
+    assert_eq!(*most.lock().unwrap(), 1, "two bodies were inside at once");
+    tokens.sort_unstable();
+    tokens.dedup();
+    assert_eq!(tokens.len(), 6, "each run had its own token");
+}
