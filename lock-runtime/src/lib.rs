@@ -62,6 +62,7 @@ mod connection;
 mod deployment;
 mod error;
 mod guard;
+pub mod guide;
 mod in_memory;
 mod install;
 mod keys;
