@@ -23,7 +23,8 @@ macro_rules! guide_links {
          [kinds]: crate::guide::kinds\n\
          [deployments]: crate::guide::deployments\n\
          [operating]: crate::guide::operating\n\
-         [comparison]: crate::guide::comparison\n\n"
+         [comparison]: crate::guide::comparison\n\
+         [`LockClient::id`]: crate::LockClient::id\n\n"
     };
 }
 pub(crate) use guide_links;

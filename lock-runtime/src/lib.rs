@@ -55,6 +55,7 @@
 #[doc(hidden)]
 #[path = "private.rs"]
 pub mod __private;
+mod admin;
 mod backend;
 mod client;
 mod config;
@@ -74,6 +75,7 @@ mod scripts;
 mod wakeups;
 mod watchdog;
 
+pub use admin::{HoldMode, Holder, LockInfo, LockKind, LockWatch, Waiters};
 pub use client::LockClient;
 pub use config::{LockClientBuilder, MIN_LEASE};
 pub use deployment::Deployment;
