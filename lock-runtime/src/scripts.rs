@@ -164,6 +164,13 @@ impl Node {
         }
     }
 
+    /// The command connection, the timeout each call gets, and whether
+    /// release messages go out with SPUBLISH: for the operator commands of
+    /// `admin.rs`, which run their own scripts and commands.
+    pub(crate) fn parts(&self) -> (&Conn, Duration, bool) {
+        (&self.conn, self.timeout, self.sharded)
+    }
+
     /// Appends the quarantine arguments every acquire script takes last.
     fn quarantine_args(&self, call: &mut ScriptInvocation<'_>) {
         let quarantine = &self.quarantine;

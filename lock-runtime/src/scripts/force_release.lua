@@ -1,0 +1,51 @@
+-- Take a lock away from whoever holds it, for an operator: delete what its
+-- holders hold (the lock hash, or a semaphore's permits, and a read-write
+-- lock's readers) and announce the release as release.lua does, so that
+-- waiters try again at once. The holders learn of the loss at their next
+-- renewal, which finds the lock gone. What belongs to waiters stays (the
+-- fair queue, the turn-taking markers), so fair waiters keep their order.
+-- Keys of a type no lock script writes are not touched.
+--
+-- KEYS[1]  the lock: a hash, or a semaphore's sorted set of permits
+-- KEYS[2]  the semaphore holders' re-entry counts and tokens
+-- KEYS[3]  the readers of a read-write lock
+-- KEYS[4]  the readers' re-entry counts and tokens
+-- KEYS[5]  the queue of fair waiters
+-- KEYS[6]  the fair waiters' liveness
+-- KEYS[7]  the release channel
+--
+-- Returns 1 when something held was deleted (and the release announced),
+-- 0 when nothing was held.
+local function type_of(key)
+  return redis.call('TYPE', key)['ok']
+end
+
+local deleted = 0
+local lock_type = type_of(KEYS[1])
+if lock_type == 'hash' then
+  deleted = deleted + redis.call('DEL', KEYS[1])
+elseif lock_type == 'zset' then
+  deleted = deleted + redis.call('DEL', KEYS[1], KEYS[2])
+end
+if type_of(KEYS[3]) == 'zset' then
+  deleted = deleted + redis.call('DEL', KEYS[3], KEYS[4])
+end
+if deleted == 0 then
+  return 0
+end
+
+-- A fair lock's release names the first waiter in line; drop the waiters
+-- that stopped trying first, or the release could name one that is gone.
+local message = 'released'
+if type_of(KEYS[5]) == 'zset' then
+  if type_of(KEYS[6]) == 'zset' then
+    local now = now_ms()
+    for _, gone in ipairs(redis.call('ZRANGEBYSCORE', KEYS[6], '-inf', now)) do
+      redis.call('ZREM', KEYS[5], gone)
+    end
+    redis.call('ZREMRANGEBYSCORE', KEYS[6], '-inf', now)
+  end
+  message = next_in_line(KEYS[5])
+end
+redis.call(PUBLISH, KEYS[7], message)
+return 1
