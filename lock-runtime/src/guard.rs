@@ -7,10 +7,12 @@ use crate::client::LockClient;
 use crate::error::{LockError, LossReason};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
 
 use crate::keys::LockKeys;
 use crate::scope::{self, CurrentLock, Scope};
 use crate::scripts::{Released, Stored};
+use crate::telemetry::Hold;
 use crate::watchdog::Held;
 
 /// Proof of holding a lock. The watchdog renews the lock while the guard
@@ -39,6 +41,8 @@ pub struct LockGuard {
     lost: CancellationToken,
     /// Set once the locks have been given back (or handed to `release`).
     done: bool,
+    /// The lock's span, and what it records at the end.
+    telemetry: Hold,
 }
 
 impl fmt::Debug for LockGuard {
@@ -52,7 +56,7 @@ impl fmt::Debug for LockGuard {
 
 impl LockGuard {
     /// A guard over `held`, which is never empty.
-    pub(crate) fn new(client: LockClient, held: Vec<Arc<Held>>) -> Self {
+    pub(crate) fn new(client: LockClient, held: Vec<Arc<Held>>, telemetry: Hold) -> Self {
         let lost = match held.as_slice() {
             [one] => one.lost_token().clone(),
             many => {
@@ -68,6 +72,7 @@ impl LockGuard {
             held,
             lost,
             done: false,
+            telemetry,
         }
     }
 
@@ -78,6 +83,32 @@ impl LockGuard {
     /// The lock's name (the first in sorted order, for a guard over several).
     pub fn key(&self) -> &str {
         &self.first().name
+    }
+
+    /// The `tracing` span of this lock: named `lock`, with the key, kind,
+    /// fencing token, wait and (at the end) hold time, renewals and outcome
+    /// as fields. It lasts as long as the guard; the acquisition, the
+    /// critical section of [`scope`](LockGuard::scope) and the release run
+    /// inside it.
+    ///
+    /// Enter it around work done under the lock outside `scope`, so that
+    /// the work's events carry the lock:
+    ///
+    /// ```no_run
+    /// use tracing::Instrument;
+    /// # async fn run(locks: lock_runtime::LockClient) -> Result<(), lock_runtime::LockError> {
+    /// let guard = locks.lock("invoice:7").acquire().await?;
+    /// async {
+    ///     tracing::info!("rendering the invoice"); // logged inside `lock{key="invoice:7" ...}`
+    /// }
+    /// .instrument(guard.span().clone())
+    /// .await;
+    /// guard.release().await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn span(&self) -> &tracing::Span {
+        self.telemetry.span()
     }
 
     /// The fencing token: strictly greater than the token of every earlier
@@ -177,6 +208,7 @@ impl LockGuard {
             locks: self.fences(),
             parent: scope::innermost(),
         };
+        let span = self.span().clone();
         scope::enter(scope, async move {
             tokio::select! {
                 biased;
@@ -184,6 +216,7 @@ impl LockGuard {
                 out = fut => Ok(out),
             }
         })
+        .instrument(span)
         .await
     }
 
@@ -216,12 +249,25 @@ impl LockGuard {
         self.done = true;
         let lost_before = self.is_lost().then(|| self.lost_error());
         stop_renewing(&self.client, &self.held);
-        let released = give_back(&self.client, &self.held).await?;
+        let telemetry = std::mem::take(&mut self.telemetry);
+        end(&self.client, &self.held, lost_before, telemetry).await
+    }
+}
+
+/// Gives a guard's locks back and says whether they were still held; the
+/// lock's span records the outcome.
+async fn end(
+    client: &LockClient,
+    held: &[Arc<Held>],
+    lost_before: Option<LockError>,
+    telemetry: Hold,
+) -> Result<(), LockError> {
+    let outcome = async {
+        let released = give_back(client, held).await?;
         if let Some(lost) = lost_before {
             return Err(lost);
         }
-        match self
-            .held
+        match held
             .iter()
             .zip(released)
             .find(|(_, r)| *r == Released::NotHeld)
@@ -233,6 +279,10 @@ impl LockGuard {
             None => Ok(()),
         }
     }
+    .instrument(telemetry.span().clone())
+    .await;
+    telemetry.finish(&outcome, held);
+    outcome
 }
 
 /// Takes a guard's locks out of the watchdog's care.
@@ -272,7 +322,7 @@ async fn give_back(client: &LockClient, held: &[Arc<Held>]) -> Result<Vec<Releas
                 .await?,
         ],
     };
-    tracing::debug!(key = %label, ?released, "released");
+    tracing::debug!(?released, "released");
     Ok(released)
 }
 
@@ -282,17 +332,27 @@ impl Drop for LockGuard {
             return;
         }
         stop_renewing(&self.client, &self.held);
+        let lost_before = self.is_lost().then(|| self.lost_error());
+        let telemetry = std::mem::take(&mut self.telemetry);
         // Never block in drop: release on the runtime if there is one,
         // otherwise the lease runs out by itself.
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             tracing::debug!(key = %self.key(), "guard dropped outside a runtime; lock expires after its lease");
+            match lost_before {
+                Some(lost) => telemetry.finish(&Err(lost), &self.held),
+                None => telemetry.unreleased(&self.held),
+            }
             return;
         };
         let client = self.client.clone();
         let held = std::mem::take(&mut self.held);
         runtime.spawn(async move {
-            if let Err(err) = give_back(&client, &held).await {
-                tracing::warn!(key = %held[0].name, error = %err, "release on drop failed; lock expires after its lease");
+            // A loss was logged when it was found; only a failed release is news.
+            match end(&client, &held, lost_before, telemetry).await {
+                Err(err) if !err.is_lost() => {
+                    tracing::warn!(key = %held[0].name, error = %err, "release on drop failed; lock expires after its lease");
+                }
+                _ => {}
             }
         });
     }

@@ -72,6 +72,7 @@ mod owner;
 mod request;
 mod scope;
 mod scripts;
+mod telemetry;
 mod wakeups;
 mod watchdog;
 
@@ -87,6 +88,7 @@ pub use lock_macros::distributed_lock;
 pub use owner::{BadOwnerId, OwnerId};
 pub use request::LockRequest;
 pub use scope::{CurrentLock, current, current_locks};
+pub use telemetry::{describe_metrics, metric_names};
 
 /// The README's examples, compiled as doctests so that it stays true.
 #[doc = include_str!("../../README.md")]

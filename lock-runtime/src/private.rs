@@ -58,6 +58,9 @@ where
     F: Future<Output = Result<T, E>>,
     E: From<LockError>,
 {
+    // The release runs after the span's scope ends; the warning below still
+    // belongs to the lock.
+    let span = guard.span().clone();
     let result = match guard.scope(body).await {
         Ok(result) => result,
         Err(lost) => return Err(E::from(lost)),
@@ -66,7 +69,7 @@ where
         Ok(()) => result,
         Err(err) if err.is_lost() => Err(E::from(err)),
         Err(err) => {
-            tracing::warn!(error = %err, "release failed; the lock expires after its lease");
+            tracing::warn!(parent: &span, error = %err, "release failed; the lock expires after its lease");
             result
         }
     }

@@ -14,6 +14,7 @@ use crate::guard::LockGuard;
 use crate::keys::LockKeys;
 use crate::scope;
 use crate::scripts::{Acquired, Released, Stored};
+use crate::telemetry::{self, Acquiring, Hold, Tracked};
 use crate::wakeups::Wake;
 use crate::watchdog::Acquisition;
 
@@ -144,11 +145,14 @@ impl LockRequest {
     /// [`MIN_LEASE`](crate::MIN_LEASE); the connection errors of
     /// [`LockError`] otherwise.
     pub async fn acquire(self) -> Result<LockGuard, LockError> {
-        let span = tracing::debug_span!("lock.acquire", key = %self.label);
-        self.acquire_inner().instrument(span).await
+        // The span lives on in the guard: see the `telemetry` module.
+        let acquiring = Acquiring::start(self.kind, &self.label);
+        let span = acquiring.span().clone();
+        let result = self.acquire_inner(&span).instrument(span.clone()).await;
+        acquiring.finish(result)
     }
 
-    async fn acquire_inner(self) -> Result<LockGuard, LockError> {
+    async fn acquire_inner(self, span: &tracing::Span) -> Result<LockGuard, LockError> {
         let inner = &self.client.inner;
         if self.names.is_empty() || self.names.iter().any(String::is_empty) {
             return Err(LockError::Config(format!(
@@ -183,7 +187,7 @@ impl LockRequest {
             && keys.len() == 1
             && inner.wakeups.has_live_waiters(&keys[0].channel);
         if !behind {
-            match self.attempt(&keys, &owner, deadline).await {
+            match self.attempt(&keys, &owner, deadline, span).await {
                 Ok(Ok(guard)) => return Ok(guard),
                 Ok(Err(_)) if self.wait.is_zero() => return Err(self.timeout(started)),
                 Ok(Err(_)) => {}
@@ -233,7 +237,7 @@ impl LockRequest {
                 // known yet, so look again after a while in any case.
                 Ok(Err(Some(self.lease.min(Duration::from_secs(3)) / 3)))
             } else {
-                self.attempt(&keys, &owner, deadline).await
+                self.attempt(&keys, &owner, deadline, span).await
             };
             let mut wake = match attempt {
                 Ok(Ok(guard)) => {
@@ -241,7 +245,6 @@ impl LockRequest {
                         in_line.waiting = false;
                     }
                     watch.acquired();
-                    tracing::debug!(waited = ?started.elapsed(), "acquired after waiting");
                     return Ok(guard);
                 }
                 // Sleep until the holder's lease would run out at the latest.
@@ -284,6 +287,7 @@ impl LockRequest {
         keys: &[LockKeys],
         owner: &Arc<str>,
         deadline: Instant,
+        span: &tracing::Span,
     ) -> Result<Result<LockGuard, Option<Duration>>, LockError> {
         let inner = &self.client.inner;
         let sent = Instant::now();
@@ -332,13 +336,15 @@ impl LockRequest {
             Acquired::Busy { ttl } => return Ok(Err(ttl)),
         };
         let drift = times.drift;
-        let held = self
+        if let Some(first) = taken.first() {
+            telemetry::depth(span, first.count);
+        }
+        let held: Vec<_> = self
             .names
             .iter()
             .zip(keys)
             .zip(&taken)
             .map(|((name, keys), taken)| {
-                tracing::debug!(key = %name, fence = taken.fence, depth = taken.count, "acquired");
                 inner.registry.hold(Acquisition {
                     name,
                     keys,
@@ -349,10 +355,12 @@ impl LockRequest {
                     drift,
                     sent,
                     replicas,
+                    tracked: Tracked::new(self.kind, span),
                 })
             })
             .collect();
-        Ok(Ok(LockGuard::new(self.client.clone(), held)))
+        let hold = Hold::new(self.kind, span, &held);
+        Ok(Ok(LockGuard::new(self.client.clone(), held, hold)))
     }
 
     /// An acquire whose answer was lost may still have taken the lock. The
@@ -394,7 +402,6 @@ impl LockRequest {
     }
 
     fn timeout(&self, started: Instant) -> LockError {
-        tracing::debug!(waited = ?started.elapsed(), "timed out");
         LockError::Timeout {
             key: self.label.clone(),
             waited: started.elapsed(),

@@ -20,6 +20,7 @@ use crate::backend::{Backend, Renewal};
 use crate::error::LossReason;
 use crate::keys::LockKeys;
 use crate::scripts::{Replicas, Stored};
+use crate::telemetry::{self, Tracked};
 
 /// How much before its validity deadline a lock is declared lost: timers
 /// fire a little late, and the drift margin is what makes the deadline safe,
@@ -45,6 +46,7 @@ pub(crate) struct Held {
     /// Tokens of multi-lock guards that include this lock: losing any of
     /// their locks loses them all.
     groups: Mutex<Vec<CancellationToken>>,
+    pub(crate) tracked: Tracked,
 }
 
 #[derive(Debug)]
@@ -97,7 +99,8 @@ impl Held {
 
     fn declare_lost(&self, reason: LossReason) {
         if self.reason.set(reason).is_ok() {
-            tracing::warn!(key = %self.name, fence = self.fence, %reason, "lock lost");
+            tracing::warn!(parent: self.tracked.span(), key = %self.name, fence = self.fence, %reason, "lock lost");
+            self.tracked.lost(reason);
             self.lost.cancel();
             for group in self.groups().iter() {
                 group.cancel();
@@ -157,6 +160,7 @@ pub(crate) struct Acquisition<'a> {
     /// When the acquire script was sent.
     pub(crate) sent: Instant,
     pub(crate) replicas: Option<Replicas>,
+    pub(crate) tracked: Tracked,
 }
 
 impl Registry {
@@ -199,9 +203,13 @@ impl Registry {
             lost: CancellationToken::new(),
             reason: OnceLock::new(),
             groups: Mutex::new(Vec::new()),
+            tracked: acquired.tracked,
         });
         let due = acquired.sent + acquired.lease / 3;
-        entries.map.insert(id, held.clone());
+        if let Some(replaced) = entries.map.insert(id, held.clone()) {
+            replaced.tracked.unheld();
+        }
+        held.tracked.held();
         if entries.next_wake.is_none_or(|wake| due < wake) {
             entries.next_wake = Some(due);
             self.changed.notify_one();
@@ -221,6 +229,7 @@ impl Registry {
             let id = (renewed_key(&held.keys, &held.stored), held.owner.clone());
             if entries.map.get(&id).is_some_and(|h| Arc::ptr_eq(h, held)) {
                 entries.map.remove(&id);
+                held.tracked.unheld();
             }
         }
         last
@@ -232,6 +241,7 @@ impl Registry {
         let mut entries = self.entries();
         if entries.map.get(&id).is_some_and(|h| Arc::ptr_eq(h, held)) {
             entries.map.remove(&id);
+            held.tracked.unheld();
         }
         drop(entries);
         held.declare_lost(reason);
@@ -263,6 +273,7 @@ impl Registry {
         entries.map.retain(|_, held| {
             let mut timing = held.timing();
             if now + DECLARE_EARLY >= timing.valid_until {
+                held.tracked.unheld();
                 overdue.push(held.clone());
                 return false;
             }
@@ -337,6 +348,7 @@ async fn renew(registry: Arc<Registry>, backend: Backend, batch: Vec<Arc<Held>>)
         .saturating_duration_since(sent)
         .max(Duration::from_millis(1));
     let outcome = backend.renew(&locks, timeout, &replicas).await;
+    telemetry::renewal(sent.elapsed(), &batch, outcome.as_ref().err());
     let retry = |held: &Held| {
         let mut timing = held.timing();
         timing.in_flight = false;
@@ -348,7 +360,8 @@ async fn renew(registry: Arc<Registry>, backend: Backend, batch: Vec<Arc<Held>>)
             for (held, outcome) in batch.iter().zip(renewed) {
                 match outcome {
                     Renewal::Renewed => {
-                        tracing::trace!(key = %held.name, fence = held.fence, "renewed");
+                        held.tracked.renewed();
+                        tracing::trace!(parent: held.tracked.span(), key = %held.name, fence = held.fence, "renewed");
                         let mut timing = held.timing();
                         timing.confirm(sent);
                         timing.in_flight = false;
@@ -393,6 +406,7 @@ mod tests {
             drift: Duration::from_millis(12),
             sent,
             replicas: None,
+            tracked: Tracked::new(crate::request::Kind::Exclusive, &tracing::Span::none()),
         }
     }
 

@@ -1,0 +1,526 @@
+//! What a running lock tells the outside: one `tracing` span per lock taken,
+//! and metrics through the [`metrics`](https://docs.rs/metrics) facade.
+//!
+//! Every metric name, label and span field is defined here, so that the
+//! rest of the runtime only calls short helpers and the names cannot drift
+//! apart between the places that record them.
+//!
+//! # The span
+//!
+//! Each acquisition opens an `INFO` span named `lock` (target
+//! `lock_runtime::telemetry`) that lives as long as the guard: the acquire
+//! and its waiting run inside it, so does the critical section (the body of a
+//! `#[distributed_lock]` function, or [`LockGuard::scope`]), and so does the
+//! release. Fields, recorded as they become known:
+//!
+//! | field           | when                         | value                                            |
+//! |-----------------|------------------------------|--------------------------------------------------|
+//! | `key`           | at once                      | the lock's name (`a + b` for several)            |
+//! | `kind`          | at once                      | `exclusive`, `semaphore`, `read` or `fair`       |
+//! | `fence`         | acquired                     | the fencing token (of the first lock)            |
+//! | `fences`        | acquired, several locks only | every lock's token, `name=token` separated by spaces |
+//! | `depth`         | acquired                     | 1 for a fresh acquisition, more for a re-entry   |
+//! | `wait_seconds`  | acquired or given up         | time spent taking it                             |
+//! | `hold_seconds`  | released, lost or failed     | time held                                        |
+//! | `renewals`      | released, lost or failed     | renewals confirmed while held                    |
+//! | `outcome`       | at the end                   | `released`, `timed_out`, `lost` or `error`       |
+//! | `error`         | `outcome = error`            | the error's message                              |
+//!
+//! Debug events inside the span (acquired, timed out, released) leave the
+//! key to the span. Events at `WARN`, and those the watchdog logs from its
+//! own task, name the key and fencing token themselves: a subscriber that
+//! keeps only warnings drops the `INFO` span, and the warning must still
+//! say which lock it is about.
+//!
+//! # The metrics
+//!
+//! See [`metric_names`]. Labels are bounded sets: the lock's kind, an
+//! outcome, an error class. Never the key: keys like `order:<id>` would make
+//! one time series per order.
+//!
+//! [`LockGuard::scope`]: crate::LockGuard::scope
+
+use std::fmt::Write as _;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
+
+use tokio::time::Instant;
+use tracing::Span;
+use tracing::field::{Empty, display};
+
+use crate::error::{LockError, LossReason};
+use crate::guard::LockGuard;
+use crate::request::Kind;
+use crate::watchdog::Held;
+
+/// The names of the metrics `lock-runtime` records through the
+/// [`metrics`](https://docs.rs/metrics) facade (with its default `metrics`
+/// feature), for dashboards, alerts and tests.
+///
+/// They follow the Prometheus conventions: base units in the name
+/// (`_seconds`), `_total` on counters. Histograms are in seconds. Labels:
+///
+/// * `kind`: `exclusive` (also write locks and `lock_all`), `semaphore`,
+///   `read`, `fair`;
+/// * `outcome`: on the histograms, how the wait or hold ended;
+/// * `reason` on [`LOCK_LOST_TOTAL`]: `not_held`, `expired`, `not_held_at_release`;
+/// * `operation` and `error` on [`LOCK_ERRORS_TOTAL`].
+///
+/// The lock's key is never a label (one series per order id would be
+/// unbounded); the `lock` span of `tracing` carries it.
+///
+/// ```
+/// use lock_runtime::metric_names;
+///
+/// assert_eq!(metric_names::LOCK_WAIT_SECONDS, "lock_wait_seconds");
+/// assert!(metric_names::ALL.contains(&"lock_held"));
+/// ```
+pub mod metric_names {
+    /// Counter: locks taken (each re-entry counts too). Labels: `kind`.
+    pub const LOCK_ACQUIRED_TOTAL: &str = "lock_acquired_total";
+    /// Counter: acquisitions that gave up because the lock stayed taken for
+    /// the whole wait. Labels: `kind`.
+    pub const LOCK_TIMEOUTS_TOTAL: &str = "lock_timeouts_total";
+    /// Counter: held locks found lost, once per lock. Labels: `kind`,
+    /// `reason` (`not_held`: a renewal found it deleted or taken over;
+    /// `expired`: no renewal was confirmed in time; `not_held_at_release`).
+    pub const LOCK_LOST_TOTAL: &str = "lock_lost_total";
+    /// Counter: guards released, explicitly or on drop, with the lock
+    /// still held. Labels: `kind`.
+    pub const LOCK_RELEASED_TOTAL: &str = "lock_released_total";
+    /// Counter: errors other than timeouts and losses. Labels: `kind`,
+    /// `operation` (`acquire`, `release`, `renew`; a failed renewal round
+    /// trip counts once per lock it carried), `error` (`unavailable`,
+    /// `command_timeout`, `not_replicated`, `no_quorum`, `wrong_type`,
+    /// `read_only`, `auth`, `config`, `redis`, `no_runtime`).
+    pub const LOCK_ERRORS_TOTAL: &str = "lock_errors_total";
+    /// Histogram, seconds: time to take a lock. Labels: `kind`, `outcome`
+    /// (`acquired`, `timed_out`, `error`).
+    pub const LOCK_WAIT_SECONDS: &str = "lock_wait_seconds";
+    /// Histogram, seconds: time a lock was held, per guard. Labels: `kind`,
+    /// `outcome` (`released`, `lost`, `error`).
+    pub const LOCK_HOLD_SECONDS: &str = "lock_hold_seconds";
+    /// Histogram, seconds: one per renewal call of the watchdog, which
+    /// renews many locks at once. Labels: `outcome` (`ok`, `error`).
+    pub const LOCK_RENEWAL_ROUND_TRIP_SECONDS: &str = "lock_renewal_round_trip_seconds";
+    /// Gauge: locks this process holds now (a re-entered lock counts once).
+    /// Labels: `kind`.
+    pub const LOCK_HELD: &str = "lock_held";
+
+    /// Every name above.
+    pub const ALL: [&str; 9] = [
+        LOCK_ACQUIRED_TOTAL,
+        LOCK_TIMEOUTS_TOTAL,
+        LOCK_LOST_TOTAL,
+        LOCK_RELEASED_TOTAL,
+        LOCK_ERRORS_TOTAL,
+        LOCK_WAIT_SECONDS,
+        LOCK_HOLD_SECONDS,
+        LOCK_RENEWAL_ROUND_TRIP_SECONDS,
+        LOCK_HELD,
+    ];
+}
+
+use metric_names::*;
+
+/// Registers the unit and description of every lock metric with the
+/// installed `metrics` recorder, so that exporters print them (`# HELP`
+/// lines for Prometheus).
+///
+/// The first acquisition of the process does this by itself; call it after
+/// installing a recorder if the recorder comes later than that, or to have
+/// the descriptions before any lock is taken. Calling it again is harmless.
+/// Without the `metrics` feature it does nothing.
+///
+/// ```
+/// // After installing the recorder (for example metrics-exporter-prometheus):
+/// lock_runtime::describe_metrics();
+/// ```
+pub fn describe_metrics() {
+    #[cfg(feature = "metrics")]
+    {
+        use metrics::{Unit, describe_counter, describe_gauge, describe_histogram};
+        describe_counter!(
+            LOCK_ACQUIRED_TOTAL,
+            Unit::Count,
+            "Locks taken, re-entries included"
+        );
+        describe_counter!(
+            LOCK_TIMEOUTS_TOTAL,
+            Unit::Count,
+            "Lock acquisitions that gave up after waiting their whole wait"
+        );
+        describe_counter!(
+            LOCK_LOST_TOTAL,
+            Unit::Count,
+            "Held locks found lost (deleted, taken over, or not renewed in time)"
+        );
+        describe_counter!(
+            LOCK_RELEASED_TOTAL,
+            Unit::Count,
+            "Locks released while held"
+        );
+        describe_counter!(
+            LOCK_ERRORS_TOTAL,
+            Unit::Count,
+            "Errors taking, releasing or renewing locks, other than timeouts and losses"
+        );
+        describe_histogram!(
+            LOCK_WAIT_SECONDS,
+            Unit::Seconds,
+            "Time taken to take a lock"
+        );
+        describe_histogram!(LOCK_HOLD_SECONDS, Unit::Seconds, "Time a lock was held");
+        describe_histogram!(
+            LOCK_RENEWAL_ROUND_TRIP_SECONDS,
+            Unit::Seconds,
+            "Round trip of one watchdog renewal call (many locks at once)"
+        );
+        describe_gauge!(LOCK_HELD, Unit::Count, "Locks held by this process");
+    }
+}
+
+/// Describes the metrics the first time a lock is taken.
+fn describe_once() {
+    static DESCRIBED: std::sync::Once = std::sync::Once::new();
+    DESCRIBED.call_once(describe_metrics);
+}
+
+type Labels<'a> = &'a [(&'static str, &'static str)];
+
+fn count(name: &'static str, labels: Labels<'_>) {
+    #[cfg(feature = "metrics")]
+    metrics::counter!(name, labels).increment(1);
+    #[cfg(not(feature = "metrics"))]
+    let _ = (name, labels);
+}
+
+fn observe(name: &'static str, labels: Labels<'_>, value: Duration) {
+    #[cfg(feature = "metrics")]
+    metrics::histogram!(name, labels).record(value.as_secs_f64());
+    #[cfg(not(feature = "metrics"))]
+    let _ = (name, labels, value);
+}
+
+fn held_by(kind: &'static str, delta: f64) {
+    #[cfg(feature = "metrics")]
+    metrics::gauge!(LOCK_HELD, &[("kind", kind)]).increment(delta);
+    #[cfg(not(feature = "metrics"))]
+    let _ = (kind, delta);
+}
+
+fn kind_label(kind: Kind) -> &'static str {
+    match kind {
+        Kind::Exclusive => "exclusive",
+        Kind::Permits(_) => "semaphore",
+        Kind::Read => "read",
+        Kind::Fair => "fair",
+    }
+}
+
+/// The `error` label: the variant, as a bounded set of names.
+fn error_label(err: &LockError) -> &'static str {
+    match err {
+        LockError::Timeout { .. } => "timeout",
+        LockError::Lost { .. } => "lost",
+        LockError::NotInstalled => "not_installed",
+        LockError::WrongType { .. } => "wrong_type",
+        LockError::Auth { .. } => "auth",
+        LockError::ReadOnly { .. } => "read_only",
+        LockError::Unavailable { .. } => "unavailable",
+        LockError::CommandTimeout { .. } => "command_timeout",
+        LockError::NotReplicated { .. } => "not_replicated",
+        LockError::NoQuorum { .. } => "no_quorum",
+        LockError::Config(_) => "config",
+        LockError::Redis { .. } => "redis",
+    }
+}
+
+fn reason_label(reason: LossReason) -> &'static str {
+    match reason {
+        LossReason::NotHeld => "not_held",
+        LossReason::Expired => "expired",
+        LossReason::NotHeldAtRelease => "not_held_at_release",
+    }
+}
+
+/// An acquisition under way: its span and when it started.
+pub(crate) struct Acquiring {
+    span: Span,
+    kind: &'static str,
+    started: Instant,
+}
+
+impl Acquiring {
+    /// Opens the `lock` span of a request for `key`.
+    pub(crate) fn start(kind: Kind, key: &str) -> Acquiring {
+        describe_once();
+        let kind = kind_label(kind);
+        let span = tracing::info_span!(
+            "lock",
+            key,
+            kind,
+            fence = Empty,
+            fences = Empty,
+            depth = Empty,
+            wait_seconds = Empty,
+            hold_seconds = Empty,
+            renewals = Empty,
+            outcome = Empty,
+            error = Empty,
+        );
+        Acquiring {
+            span,
+            kind,
+            started: Instant::now(),
+        }
+    }
+
+    pub(crate) fn span(&self) -> &Span {
+        &self.span
+    }
+
+    /// Records how the acquisition ended, and passes its result on.
+    pub(crate) fn finish(
+        self,
+        result: Result<LockGuard, LockError>,
+    ) -> Result<LockGuard, LockError> {
+        let Acquiring {
+            span,
+            kind,
+            started,
+        } = self;
+        let waited = started.elapsed();
+        span.record("wait_seconds", waited.as_secs_f64());
+        let outcome = match &result {
+            Ok(guard) => {
+                span.record("fence", guard.fence());
+                let fences = guard.fences();
+                if fences.len() > 1 {
+                    let mut all = String::new();
+                    for lock in &fences {
+                        let _ = write!(all, "{}{}={}", sep(&all), lock.key, lock.fence);
+                    }
+                    span.record("fences", all.as_str());
+                }
+                tracing::debug!(parent: &span, ?waited, "acquired");
+                count(LOCK_ACQUIRED_TOTAL, &[("kind", kind)]);
+                "acquired"
+            }
+            Err(err) if err.is_timeout() => {
+                span.record("outcome", "timed_out");
+                tracing::debug!(parent: &span, ?waited, "timed out");
+                count(LOCK_TIMEOUTS_TOTAL, &[("kind", kind)]);
+                "timed_out"
+            }
+            Err(err) => {
+                span.record("outcome", "error");
+                span.record("error", display(err));
+                tracing::debug!(parent: &span, error = %err, "acquire failed");
+                let error = error_label(err);
+                count(
+                    LOCK_ERRORS_TOTAL,
+                    &[("kind", kind), ("operation", "acquire"), ("error", error)],
+                );
+                "error"
+            }
+        };
+        observe(
+            LOCK_WAIT_SECONDS,
+            &[("kind", kind), ("outcome", outcome)],
+            waited,
+        );
+        result
+    }
+}
+
+fn sep(so_far: &str) -> &'static str {
+    if so_far.is_empty() { "" } else { " " }
+}
+
+/// Records the re-entry depth of a fresh grant (1: not a re-entry).
+pub(crate) fn depth(span: &Span, depth: u64) {
+    span.record("depth", depth);
+}
+
+/// One guard's hold of its locks, from acquisition to its end.
+#[derive(Debug)]
+pub(crate) struct Hold {
+    span: Span,
+    kind: &'static str,
+    since: Option<Instant>,
+    /// Renewals of the first lock before this guard took it (re-entry
+    /// shares the lock with an outer guard).
+    renewals_before: u64,
+}
+
+/// What is left in a guard once its hold has been handed on for the end:
+/// nothing to record.
+impl Default for Hold {
+    fn default() -> Hold {
+        Hold {
+            span: Span::none(),
+            kind: "",
+            since: None,
+            renewals_before: 0,
+        }
+    }
+}
+
+impl Hold {
+    /// Starts timing the hold of `held`, acquired in `span`.
+    pub(crate) fn new(kind: Kind, span: &Span, held: &[Arc<Held>]) -> Hold {
+        Hold {
+            span: span.clone(),
+            kind: kind_label(kind),
+            since: Some(Instant::now()),
+            renewals_before: renewals(held),
+        }
+    }
+
+    /// The lock's span.
+    pub(crate) fn span(&self) -> &Span {
+        &self.span
+    }
+
+    /// Records how the hold of `held` ended: released (`Ok`), lost, or an error.
+    pub(crate) fn finish(self, result: &Result<(), LockError>, held: &[Arc<Held>]) {
+        let (outcome, error) = match result {
+            Ok(()) => {
+                count(LOCK_RELEASED_TOTAL, &[("kind", self.kind)]);
+                ("released", None)
+            }
+            Err(LockError::Lost { key, reason }) => {
+                // Counted here if the watchdog did not declare it first.
+                if let Some(held) = held.iter().find(|held| held.name == *key) {
+                    held.tracked.lost(*reason);
+                }
+                ("lost", None)
+            }
+            Err(err) => {
+                self.span.record("error", display(err));
+                ("error", Some(error_label(err)))
+            }
+        };
+        self.end(outcome, error, held);
+    }
+
+    /// Records a guard dropped where no runtime could release it: the lock
+    /// stays taken until its lease runs out.
+    pub(crate) fn unreleased(self, held: &[Arc<Held>]) {
+        self.span.record(
+            "error",
+            "guard dropped outside a Tokio runtime; the lock expires after its lease",
+        );
+        self.end("error", Some("no_runtime"), held);
+    }
+
+    fn end(self, outcome: &'static str, error: Option<&'static str>, held: &[Arc<Held>]) {
+        let Some(since) = self.since else {
+            return; // never started: nothing was held
+        };
+        let hold = since.elapsed();
+        let renewed = renewals(held).saturating_sub(self.renewals_before);
+        self.span.record("hold_seconds", hold.as_secs_f64());
+        self.span.record("renewals", renewed);
+        self.span.record("outcome", outcome);
+        if let Some(error) = error {
+            count(
+                LOCK_ERRORS_TOTAL,
+                &[
+                    ("kind", self.kind),
+                    ("operation", "release"),
+                    ("error", error),
+                ],
+            );
+        }
+        observe(
+            LOCK_HOLD_SECONDS,
+            &[("kind", self.kind), ("outcome", outcome)],
+            hold,
+        );
+    }
+}
+
+fn renewals(held: &[Arc<Held>]) -> u64 {
+    held.first()
+        .map_or(0, |held| held.tracked.renewals.load(Ordering::Relaxed))
+}
+
+/// What the watchdog's registry keeps of one held lock for telemetry.
+#[derive(Debug)]
+pub(crate) struct Tracked {
+    kind: &'static str,
+    /// The span of the acquisition that first took the lock, for the
+    /// watchdog's events about it.
+    span: Span,
+    renewals: AtomicU64,
+    /// Whether its loss has been counted already.
+    lost: AtomicBool,
+}
+
+impl Tracked {
+    pub(crate) fn new(kind: Kind, span: &Span) -> Tracked {
+        Tracked {
+            kind: kind_label(kind),
+            span: span.clone(),
+            renewals: AtomicU64::new(0),
+            lost: AtomicBool::new(false),
+        }
+    }
+
+    /// The span of the acquisition that took the lock.
+    pub(crate) fn span(&self) -> &Span {
+        &self.span
+    }
+
+    /// A renewal of the lock was confirmed.
+    pub(crate) fn renewed(&self) {
+        self.renewals.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// The lock was found lost; counted once, whoever finds it first.
+    pub(crate) fn lost(&self, reason: LossReason) {
+        if !self.lost.swap(true, Ordering::Relaxed) {
+            count(
+                LOCK_LOST_TOTAL,
+                &[("kind", self.kind), ("reason", reason_label(reason))],
+            );
+        }
+    }
+
+    /// The registry started renewing the lock: this process holds it.
+    pub(crate) fn held(&self) {
+        held_by(self.kind, 1.0);
+    }
+
+    /// The registry stopped renewing the lock (released or lost).
+    pub(crate) fn unheld(&self) {
+        held_by(self.kind, -1.0);
+    }
+}
+
+/// One renewal call of the watchdog for `batch` answered (or failed) after
+/// `round_trip`.
+pub(crate) fn renewal(round_trip: Duration, batch: &[Arc<Held>], error: Option<&LockError>) {
+    let outcome = if error.is_some() { "error" } else { "ok" };
+    observe(
+        LOCK_RENEWAL_ROUND_TRIP_SECONDS,
+        &[("outcome", outcome)],
+        round_trip,
+    );
+    if let Some(error) = error {
+        let error = error_label(error);
+        for held in batch {
+            count(
+                LOCK_ERRORS_TOTAL,
+                &[
+                    ("kind", held.tracked.kind),
+                    ("operation", "renew"),
+                    ("error", error),
+                ],
+            );
+        }
+    }
+}

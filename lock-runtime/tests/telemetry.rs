@@ -1,0 +1,527 @@
+//! Metrics and spans of locks taken against a real server: what is counted
+//! and recorded for an acquire and release, a timeout, an error, a loss, a
+//! renewal, and the body of a `#[distributed_lock]` function.
+//!
+//! The recorder and the span collector are global to this test binary (the
+//! watchdog and releases on drop record from tasks of their own, which a
+//! thread-local recorder would not see), so the tests take turns: each holds
+//! `TURN` while it runs, and reads the metrics as deltas since its start.
+#![cfg(feature = "metrics")]
+
+mod common;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
+
+use common::{builder, client, lock_key, ok, within};
+use lock_runtime::{LockError, distributed_lock, metric_names::*};
+use lock_testkit::{RedisServer, unique_key};
+use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
+use tracing::field::{Field, Visit};
+use tracing::span::{Attributes, Id, Record};
+use tracing_subscriber::layer::{Context, SubscriberExt};
+use tracing_subscriber::registry::LookupSpan;
+
+/// One test at a time: the metrics are process-wide.
+static TURN: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// The recorder's snapshotter and the collected spans, installed once.
+fn installed() -> &'static (Snapshotter, Spans) {
+    static INSTALLED: OnceLock<(Snapshotter, Spans)> = OnceLock::new();
+    INSTALLED.get_or_init(|| {
+        let recorder = DebuggingRecorder::new();
+        let snapshotter = recorder.snapshotter();
+        recorder.install().expect("the only metrics recorder");
+        let spans = Spans::default();
+        let subscriber = tracing_subscriber::registry().with(spans.clone());
+        tracing::subscriber::set_global_default(subscriber).expect("the only subscriber");
+        (snapshotter, spans)
+    })
+}
+
+/// Metric values since the last call (the debugging recorder hands out
+/// counters, gauges and histogram samples as deltas).
+struct Metrics(Vec<Series>);
+
+/// A metric's name, labels and value.
+type Series = (String, Vec<(String, String)>, DebugValue);
+
+fn metrics() -> Metrics {
+    let snapshot = installed().0.snapshot().into_vec();
+    Metrics(
+        snapshot
+            .into_iter()
+            .map(|(key, _, _, value)| {
+                let (_, key) = key.into_parts();
+                let labels = key
+                    .labels()
+                    .map(|l| (l.key().to_owned(), l.value().to_owned()))
+                    .collect();
+                (key.name().to_owned(), labels, value)
+            })
+            .collect(),
+    )
+}
+
+impl Metrics {
+    fn matching<'a>(
+        &'a self,
+        name: &'a str,
+        labels: &'a [(&str, &str)],
+    ) -> impl Iterator<Item = &'a DebugValue> {
+        self.0.iter().filter_map(move |(n, have, value)| {
+            let all = labels
+                .iter()
+                .all(|(k, v)| have.iter().any(|(hk, hv)| hk == k && hv == v));
+            (n == name && all).then_some(value)
+        })
+    }
+
+    /// Sum of the counter over the series carrying `labels`.
+    fn counter(&self, name: &str, labels: &[(&str, &str)]) -> u64 {
+        self.matching(name, labels)
+            .map(|value| match value {
+                DebugValue::Counter(n) => *n,
+                other => panic!("{name} is not a counter: {other:?}"),
+            })
+            .sum()
+    }
+
+    /// Change of the gauge over the series carrying `labels`.
+    fn gauge(&self, name: &str, labels: &[(&str, &str)]) -> f64 {
+        self.matching(name, labels)
+            .map(|value| match value {
+                DebugValue::Gauge(n) => n.into_inner(),
+                other => panic!("{name} is not a gauge: {other:?}"),
+            })
+            .sum()
+    }
+
+    /// The histogram's samples over the series carrying `labels`.
+    fn samples(&self, name: &str, labels: &[(&str, &str)]) -> Vec<f64> {
+        self.matching(name, labels)
+            .flat_map(|value| match value {
+                DebugValue::Histogram(samples) => samples.iter().map(|s| s.into_inner()),
+                other => panic!("{name} is not a histogram: {other:?}"),
+            })
+            .collect()
+    }
+}
+
+impl std::fmt::Debug for Metrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list().entries(&self.0).finish()
+    }
+}
+
+/// The fields of one `lock` span as they were last recorded.
+type Fields = Arc<Mutex<HashMap<String, String>>>;
+
+/// A layer that keeps the fields of every `lock` span.
+#[derive(Clone, Default)]
+struct Spans {
+    /// Open spans by id (ids are reused once a span closes).
+    open: Arc<Mutex<HashMap<u64, Fields>>>,
+    all: Arc<Mutex<Vec<Fields>>>,
+}
+
+struct Visitor<'a>(&'a mut HashMap<String, String>);
+
+impl Visit for Visitor<'_> {
+    fn record_debug(&mut self, field: &Field, value: &dyn std::fmt::Debug) {
+        self.0.insert(field.name().into(), format!("{value:?}"));
+    }
+    fn record_str(&mut self, field: &Field, value: &str) {
+        self.0.insert(field.name().into(), value.into());
+    }
+}
+
+impl<S> tracing_subscriber::Layer<S> for Spans
+where
+    S: tracing::Subscriber + for<'a> LookupSpan<'a>,
+{
+    fn on_new_span(&self, attrs: &Attributes<'_>, id: &Id, _: Context<'_, S>) {
+        if attrs.metadata().name() != "lock" {
+            return;
+        }
+        let mut fields = HashMap::new();
+        attrs.record(&mut Visitor(&mut fields));
+        let fields = Arc::new(Mutex::new(fields));
+        self.open
+            .lock()
+            .unwrap()
+            .insert(id.into_u64(), fields.clone());
+        self.all.lock().unwrap().push(fields);
+    }
+
+    fn on_record(&self, id: &Id, values: &Record<'_>, _: Context<'_, S>) {
+        if let Some(fields) = self.open.lock().unwrap().get(&id.into_u64()) {
+            values.record(&mut Visitor(&mut fields.lock().unwrap()));
+        }
+    }
+
+    fn on_close(&self, id: Id, _: Context<'_, S>) {
+        self.open.lock().unwrap().remove(&id.into_u64());
+    }
+}
+
+impl Spans {
+    /// The fields of every `lock` span of the lock `key`, oldest first.
+    fn of(&self, key: &str) -> Vec<HashMap<String, String>> {
+        self.all
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|fields| fields.lock().unwrap().clone())
+            .filter(|fields| fields.get("key").map(String::as_str) == Some(key))
+            .collect()
+    }
+
+    /// The fields of the open span `id`.
+    fn by_id(&self, id: &Id) -> Option<HashMap<String, String>> {
+        let open = self.open.lock().unwrap();
+        open.get(&id.into_u64())
+            .map(|fields| fields.lock().unwrap().clone())
+    }
+}
+
+fn spans() -> &'static Spans {
+    &installed().1
+}
+
+/// Waits until the only span of `key` has an outcome (releases on drop and
+/// losses are recorded by tasks of their own), and returns its fields.
+async fn ended(server: &RedisServer, key: &str) -> HashMap<String, String> {
+    within(server, Duration::from_secs(5), "span outcome", async {
+        loop {
+            let spans = spans().of(key);
+            assert_eq!(spans.len(), 1, "{spans:?}");
+            if spans[0].contains_key("outcome") {
+                return spans[0].clone();
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await
+}
+
+const EXCLUSIVE: (&str, &str) = ("kind", "exclusive");
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acquire_and_release_are_counted_and_spanned() {
+    let _turn = TURN.lock().await;
+    installed();
+    let server = RedisServer::start();
+    let locks = client(&server).await;
+    let name = unique_key("telemetry-release");
+    metrics();
+
+    let guard = ok(&server, locks.lock(name.as_str()).acquire().await);
+    let fence = guard.fence();
+    // Re-entering inside the critical section is another acquisition of
+    // the same held lock.
+    let depth = ok(
+        &server,
+        guard
+            .scope(async {
+                let inner = locks.lock(name.as_str()).acquire().await?;
+                let id = inner.span().id().expect("a span of its own");
+                let depth = spans().by_id(&id).unwrap()["depth"].clone();
+                inner.release().await?;
+                Ok::<_, LockError>(depth)
+            })
+            .await,
+    );
+    assert_eq!(ok(&server, depth), "2");
+    let held = metrics();
+    assert_eq!(
+        held.counter(LOCK_ACQUIRED_TOTAL, &[EXCLUSIVE]),
+        2,
+        "{held:?}"
+    );
+    // The re-entry released one level; the lock is still held, once.
+    assert_eq!(held.counter(LOCK_RELEASED_TOTAL, &[EXCLUSIVE]), 1);
+    assert_eq!(held.gauge(LOCK_HELD, &[EXCLUSIVE]), 1.0);
+    ok(&server, guard.release().await);
+
+    let after = metrics();
+    assert_eq!(after.counter(LOCK_RELEASED_TOTAL, &[EXCLUSIVE]), 1);
+    assert_eq!(after.gauge(LOCK_HELD, &[EXCLUSIVE]), -1.0);
+    let waited = held.samples(LOCK_WAIT_SECONDS, &[EXCLUSIVE, ("outcome", "acquired")]);
+    assert_eq!(waited.len(), 2, "{held:?}");
+    assert!(waited.iter().all(|s| *s >= 0.0));
+    let holds = after.samples(LOCK_HOLD_SECONDS, &[EXCLUSIVE, ("outcome", "released")]);
+    assert_eq!(holds.len(), 1, "{after:?}");
+    for name in [LOCK_TIMEOUTS_TOTAL, LOCK_LOST_TOTAL, LOCK_ERRORS_TOTAL] {
+        assert_eq!(
+            held.counter(name, &[]) + after.counter(name, &[]),
+            0,
+            "{name}"
+        );
+    }
+
+    let spans = spans().of(&name);
+    assert_eq!(spans.len(), 2, "one span per guard: {spans:?}");
+    let outer = &spans[0];
+    assert_eq!(outer["kind"], "exclusive");
+    assert_eq!(outer["fence"], fence.to_string());
+    assert_eq!(outer["depth"], "1");
+    assert_eq!(outer["outcome"], "released");
+    assert_eq!(outer["renewals"], "0");
+    for field in ["wait_seconds", "hold_seconds"] {
+        let seconds: f64 = outer[field].parse().unwrap();
+        assert!(seconds >= 0.0, "{field}: {outer:?}");
+    }
+    assert!(!outer.contains_key("error"));
+    assert_eq!(spans[1]["fence"], fence.to_string());
+    assert_eq!(spans[1]["outcome"], "released");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dropped_guard_is_released_in_the_background_and_counted() {
+    let _turn = TURN.lock().await;
+    installed();
+    let server = RedisServer::start();
+    let locks = client(&server).await;
+    let name = unique_key("telemetry-drop");
+    metrics();
+
+    drop(ok(&server, locks.lock(name.as_str()).acquire().await));
+    let span = ended(&server, &name).await;
+    assert_eq!(span["outcome"], "released");
+    let after = metrics();
+    assert_eq!(after.counter(LOCK_RELEASED_TOTAL, &[EXCLUSIVE]), 1);
+    assert_eq!(after.gauge(LOCK_HELD, &[EXCLUSIVE]), 0.0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn timeouts_and_contended_waits_are_measured() {
+    let _turn = TURN.lock().await;
+    installed();
+    let server = RedisServer::start();
+    let holder = client(&server).await;
+    let waiter = client(&server).await;
+    let name = unique_key("telemetry-timeout");
+    let guard = ok(&server, holder.lock(name.as_str()).acquire().await);
+    metrics();
+
+    let wait = Duration::from_millis(100);
+    let timed_out = waiter.lock(name.as_str()).wait(wait).acquire().await;
+    assert!(timed_out.expect_err("held").is_timeout());
+    let after_timeout = metrics();
+    assert_eq!(
+        after_timeout.counter(LOCK_TIMEOUTS_TOTAL, &[EXCLUSIVE]),
+        1,
+        "{after_timeout:?}"
+    );
+    assert_eq!(after_timeout.counter(LOCK_ACQUIRED_TOTAL, &[]), 0);
+    let waited = after_timeout.samples(LOCK_WAIT_SECONDS, &[EXCLUSIVE, ("outcome", "timed_out")]);
+    assert_eq!(waited.len(), 1);
+    assert!(waited[0] >= wait.as_secs_f64(), "{waited:?}");
+    let span = &spans().of(&name)[1];
+    assert_eq!(span["outcome"], "timed_out");
+    assert!(!span.contains_key("fence"), "{span:?}");
+    assert!(span["wait_seconds"].parse::<f64>().unwrap() >= wait.as_secs_f64());
+
+    // A waiter that gets the lock once the holder lets go waited at least
+    // as long as the holder kept it after the waiter asked.
+    let waiting = common::spawn_acquire(waiter.lock(name.as_str()).wait(Duration::from_secs(10)));
+    let kept = Duration::from_millis(200);
+    tokio::time::sleep(kept).await;
+    ok(&server, guard.release().await);
+    let (_, second) = waiting.await.unwrap();
+    ok(&server, ok(&server, second).release().await);
+    let after = metrics();
+    let waited = after.samples(LOCK_WAIT_SECONDS, &[EXCLUSIVE, ("outcome", "acquired")]);
+    assert_eq!(waited.len(), 1, "{after:?}");
+    assert!(waited[0] >= kept.as_secs_f64(), "{waited:?}");
+    let spans = spans().of(&name);
+    assert_eq!(spans.len(), 3);
+    assert_eq!(spans[2]["outcome"], "released");
+    assert!(spans[2]["wait_seconds"].parse::<f64>().unwrap() >= kept.as_secs_f64());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_acquire_error_is_counted_by_class() {
+    let _turn = TURN.lock().await;
+    installed();
+    let server = RedisServer::start();
+    let locks = client(&server).await;
+    let name = unique_key("telemetry-wrongtype");
+    server.cli(&["SET", &lock_key(&name), "not a lock"]);
+    metrics();
+
+    let err = locks
+        .lock(name.as_str())
+        .acquire()
+        .await
+        .expect_err("WRONGTYPE");
+    assert!(matches!(err, LockError::WrongType { .. }), "{err}");
+    let after = metrics();
+    let labels = [EXCLUSIVE, ("operation", "acquire"), ("error", "wrong_type")];
+    assert_eq!(after.counter(LOCK_ERRORS_TOTAL, &labels), 1, "{after:?}");
+    assert_eq!(
+        after
+            .samples(LOCK_WAIT_SECONDS, &[EXCLUSIVE, ("outcome", "error")])
+            .len(),
+        1
+    );
+    let span = &spans().of(&name)[0];
+    assert_eq!(span["outcome"], "error");
+    assert!(span["error"].contains("WRONGTYPE"), "{span:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn renewals_are_counted_per_lock_and_timed_per_round_trip() {
+    let _turn = TURN.lock().await;
+    installed();
+    let server = RedisServer::start();
+    let locks = client(&server).await;
+    let name = unique_key("telemetry-renew");
+    let lease = Duration::from_millis(600);
+    metrics();
+
+    let guard = ok(
+        &server,
+        locks.lock(name.as_str()).lease(lease).acquire().await,
+    );
+    // Renewed every lease/3 (a little earlier to batch): several times in
+    // two leases.
+    tokio::time::sleep(lease * 2).await;
+    assert!(!guard.is_lost());
+    ok(&server, guard.release().await);
+    let after = metrics();
+    let trips = after.samples(LOCK_RENEWAL_ROUND_TRIP_SECONDS, &[("outcome", "ok")]);
+    assert!(trips.len() >= 2, "{after:?}");
+    let span = &spans().of(&name)[0];
+    let renewals: u64 = span["renewals"].parse().unwrap();
+    assert!(renewals >= 2, "{span:?}");
+    assert!(renewals as usize <= trips.len(), "{span:?} {trips:?}");
+    assert!(span["hold_seconds"].parse::<f64>().unwrap() >= (lease * 2).as_secs_f64());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deleted_lock_is_counted_lost_once() {
+    let _turn = TURN.lock().await;
+    installed();
+    let server = RedisServer::start();
+    let locks = client(&server).await;
+    let name = unique_key("telemetry-deleted");
+    let guard = ok(
+        &server,
+        locks
+            .lock(name.as_str())
+            .lease(Duration::from_secs(1))
+            .acquire()
+            .await,
+    );
+    let held = metrics();
+    assert_eq!(held.gauge(LOCK_HELD, &[EXCLUSIVE]), 1.0, "{held:?}");
+
+    assert_eq!(server.cli(&["DEL", &lock_key(&name)]), "1");
+    within(&server, Duration::from_secs(5), "lost()", guard.lost()).await;
+    // Found by the watchdog, which stopped renewing it.
+    let lost = metrics();
+    let labels = [EXCLUSIVE, ("reason", "not_held")];
+    assert_eq!(lost.counter(LOCK_LOST_TOTAL, &labels), 1, "{lost:?}");
+    assert_eq!(lost.gauge(LOCK_HELD, &[EXCLUSIVE]), -1.0);
+
+    assert!(guard.release().await.expect_err("lost").is_lost());
+    let released = metrics();
+    assert_eq!(released.counter(LOCK_LOST_TOTAL, &[]), 0, "counted once");
+    assert_eq!(released.counter(LOCK_RELEASED_TOTAL, &[]), 0);
+    let holds = released.samples(LOCK_HOLD_SECONDS, &[EXCLUSIVE, ("outcome", "lost")]);
+    assert_eq!(holds.len(), 1, "{released:?}");
+    assert_eq!(ended(&server, &name).await["outcome"], "lost");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paused_server_means_failed_renewals_and_an_expired_lock() {
+    let _turn = TURN.lock().await;
+    installed();
+    let server = RedisServer::start();
+    let locks = builder(&server)
+        .command_timeout(Duration::from_millis(200))
+        .connect()
+        .await
+        .expect("connect");
+    let name = unique_key("telemetry-paused");
+    let guard = ok(
+        &server,
+        locks
+            .lock(name.as_str())
+            .lease(Duration::from_secs(1))
+            .acquire()
+            .await,
+    );
+    metrics();
+
+    server.pause();
+    within(&server, Duration::from_secs(5), "lost()", guard.lost()).await;
+    server.resume();
+    let lost = metrics();
+    let labels = [EXCLUSIVE, ("reason", "expired")];
+    assert_eq!(lost.counter(LOCK_LOST_TOTAL, &labels), 1, "{lost:?}");
+    let failed = lost.samples(LOCK_RENEWAL_ROUND_TRIP_SECONDS, &[("outcome", "error")]);
+    assert!(!failed.is_empty(), "{lost:?}");
+    let errors = lost.counter(LOCK_ERRORS_TOTAL, &[EXCLUSIVE, ("operation", "renew")]);
+    assert!(errors >= 1, "{lost:?}");
+    drop(guard);
+    assert_eq!(ended(&server, &name).await["outcome"], "lost");
+}
+
+/// The fields of the span the body runs in, as seen from inside.
+#[distributed_lock(key = "<name>", client = locks, wait = "0s")]
+async fn locked(
+    locks: &lock_runtime::LockClient,
+    name: &str,
+) -> Result<Option<HashMap<String, String>>, LockError> {
+    let current = tracing::Span::current();
+    Ok(current.id().and_then(|id| spans().by_id(&id)))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_body_of_a_locked_function_runs_in_the_lock_span() {
+    let _turn = TURN.lock().await;
+    installed();
+    let server = RedisServer::start();
+    let locks = client(&server).await;
+    let name = unique_key("telemetry-attribute");
+    metrics();
+
+    let inside = ok(&server, locked(&locks, &name).await).expect("inside a lock span");
+    assert_eq!(inside["key"], name);
+    assert_eq!(inside["kind"], "exclusive");
+    assert!(inside.contains_key("fence") && !inside.contains_key("outcome"));
+    let spans = spans().of(&name);
+    assert_eq!(spans.len(), 1, "{spans:?}");
+    assert_eq!(spans[0]["outcome"], "released");
+    assert_eq!(spans[0]["fence"], inside["fence"]);
+    let after = metrics();
+    assert_eq!(after.counter(LOCK_ACQUIRED_TOTAL, &[EXCLUSIVE]), 1);
+    assert_eq!(after.counter(LOCK_RELEASED_TOTAL, &[EXCLUSIVE]), 1);
+}
+
+#[tokio::test]
+async fn every_metric_is_described_with_its_unit() {
+    let _turn = TURN.lock().await;
+    installed();
+    lock_runtime::describe_metrics();
+    // Descriptions show once a metric has a value; give each one.
+    let server = RedisServer::start();
+    let locks = client(&server).await;
+    let guard = ok(&server, locks.lock(unique_key("describe")).acquire().await);
+    ok(&server, guard.release().await);
+    let snapshot = installed().0.snapshot().into_vec();
+    for (key, unit, description, _) in snapshot {
+        let name = key.key().name().to_owned();
+        if !name.starts_with("lock_") {
+            continue;
+        }
+        assert!(description.is_some(), "{name} has no description");
+        let unit = unit.unwrap_or_else(|| panic!("{name} has no unit"));
+        let seconds = name.ends_with("_seconds");
+        assert_eq!(unit == metrics::Unit::Seconds, seconds, "{name}: {unit:?}");
+    }
+}
