@@ -85,11 +85,31 @@ impl LockGuard {
         &self.first().name
     }
 
-    /// The `tracing` span of this lock: named `lock`, with the key, kind,
-    /// fencing token, wait and (at the end) hold time, renewals and outcome
-    /// as fields. It lasts as long as the guard; the acquisition, the
-    /// critical section of [`scope`](LockGuard::scope) and the release run
-    /// inside it.
+    /// The `tracing` span of this lock. It opens when the acquisition
+    /// starts and lasts as long as the guard; the waiting, the critical
+    /// section of [`scope`](LockGuard::scope) (and so the body of a
+    /// `#[distributed_lock]` function) and the release run inside it.
+    ///
+    /// Named `lock`, level `INFO`, target `lock_runtime::telemetry`, with
+    /// these fields, recorded as they become known:
+    ///
+    /// | field          | value                                                      |
+    /// |----------------|------------------------------------------------------------|
+    /// | `key`          | the lock's name (`a + b` for [`lock_all`](crate::LockClient::lock_all)) |
+    /// | `kind`         | `exclusive`, `semaphore`, `read` or `fair`                 |
+    /// | `fence`        | the fencing token (of the first lock), once acquired      |
+    /// | `fences`       | every lock's `name=token`, for several locks              |
+    /// | `depth`        | 1 for a fresh acquisition, more for a re-entry            |
+    /// | `wait_seconds` | time the acquisition took, acquired or not                |
+    /// | `hold_seconds` | time held, at the end                                      |
+    /// | `renewals`     | renewals confirmed while held, at the end                 |
+    /// | `outcome`      | `released`, `timed_out`, `lost` or `error`, at the end    |
+    /// | `error`        | the error's message, with `outcome = error`               |
+    ///
+    /// A timed-out or failed acquisition has a span too, without a guard.
+    /// Warnings (a lock lost, a release that failed) name the key
+    /// themselves, so that they say which lock even where the span is
+    /// filtered out.
     ///
     /// Enter it around work done under the lock outside `scope`, so that
     /// the work's events carry the lock:

@@ -7,24 +7,10 @@
 //!
 //! # The span
 //!
-//! Each acquisition opens an `INFO` span named `lock` (target
-//! `lock_runtime::telemetry`) that lives as long as the guard: the acquire
-//! and its waiting run inside it, so does the critical section (the body of a
-//! `#[distributed_lock]` function, or [`LockGuard::scope`]), and so does the
-//! release. Fields, recorded as they become known:
-//!
-//! | field           | when                         | value                                            |
-//! |-----------------|------------------------------|--------------------------------------------------|
-//! | `key`           | at once                      | the lock's name (`a + b` for several)            |
-//! | `kind`          | at once                      | `exclusive`, `semaphore`, `read` or `fair`       |
-//! | `fence`         | acquired                     | the fencing token (of the first lock)            |
-//! | `fences`        | acquired, several locks only | every lock's token, `name=token` separated by spaces |
-//! | `depth`         | acquired                     | 1 for a fresh acquisition, more for a re-entry   |
-//! | `wait_seconds`  | acquired or given up         | time spent taking it                             |
-//! | `hold_seconds`  | released, lost or failed     | time held                                        |
-//! | `renewals`      | released, lost or failed     | renewals confirmed while held                    |
-//! | `outcome`       | at the end                   | `released`, `timed_out`, `lost` or `error`       |
-//! | `error`         | `outcome = error`            | the error's message                              |
+//! Each acquisition opens an `INFO` span named `lock` that lives as long as
+//! the guard; its fields are listed on [`LockGuard::span`], the public face
+//! of this part. The acquire, the critical section and the release run
+//! inside it; the watchdog's events about a lock name it as their parent.
 //!
 //! Debug events inside the span (acquired, timed out, released) leave the
 //! key to the span. Events at `WARN`, and those the watchdog logs from its
@@ -38,7 +24,7 @@
 //! outcome, an error class. Never the key: keys like `order:<id>` would make
 //! one time series per order.
 //!
-//! [`LockGuard::scope`]: crate::LockGuard::scope
+//! [`LockGuard::span`]: crate::LockGuard::span
 
 use std::fmt::Write as _;
 use std::sync::Arc;
