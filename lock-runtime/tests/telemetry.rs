@@ -324,8 +324,9 @@ async fn timeouts_and_contended_waits_are_measured() {
     assert!(!span.contains_key("fence"), "{span:?}");
     assert!(span["wait_seconds"].parse::<f64>().unwrap() >= wait.as_secs_f64());
 
-    // A waiter that gets the lock once the holder lets go waited at least
-    // as long as the holder kept it after the waiter asked.
+    // A waiter that gets the lock once the holder lets go waited about as
+    // long as the holder kept it after the waiter asked (half of that, as a
+    // generous bound: the waiter's task may start late).
     let waiting = common::spawn_acquire(waiter.lock(name.as_str()).wait(Duration::from_secs(10)));
     let kept = Duration::from_millis(200);
     tokio::time::sleep(kept).await;
@@ -335,11 +336,12 @@ async fn timeouts_and_contended_waits_are_measured() {
     let after = metrics();
     let waited = after.samples(LOCK_WAIT_SECONDS, &[EXCLUSIVE, ("outcome", "acquired")]);
     assert_eq!(waited.len(), 1, "{after:?}");
-    assert!(waited[0] >= kept.as_secs_f64(), "{waited:?}");
+    assert!(waited[0] >= (kept / 2).as_secs_f64(), "{waited:?}");
     let spans = spans().of(&name);
     assert_eq!(spans.len(), 3);
     assert_eq!(spans[2]["outcome"], "released");
-    assert!(spans[2]["wait_seconds"].parse::<f64>().unwrap() >= kept.as_secs_f64());
+    let span_waited: f64 = spans[2]["wait_seconds"].parse().unwrap();
+    assert_eq!(span_waited, waited[0], "the span and the histogram agree");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
