@@ -103,6 +103,7 @@ conformance! {
     fair_waiters_are_served_in_arrival_order,
     lock_all_takes_every_lock_or_none,
     the_attribute_runs_the_body_under_the_lock,
+    a_forced_release_stops_the_body_and_the_lock_is_listed_until_then,
 }
 
 async fn contending_clients_exclude_each_other_and_fences_grow(store: Store) {
@@ -177,11 +178,12 @@ async fn a_short_lease_is_renewed_while_held(store: Store) {
         .await;
     assert!(refused.expect_err("still held").is_timeout());
     store.ok(guard.release().await);
-    store.ok(other
+    let next = store.ok(other
         .lock(name.as_str())
         .wait(Duration::ZERO)
         .acquire()
         .await);
+    store.ok(next.release().await);
 }
 
 async fn the_same_scope_re_enters_and_a_spawned_task_waits(store: Store) {
@@ -283,7 +285,7 @@ async fn a_semaphore_admits_its_permits_only(store: Store) {
         .within(Duration::from_secs(10), "fourth permit", waiting)
         .await
         .unwrap();
-    store.ok(fourth);
+    store.ok(store.ok(fourth).release().await);
 }
 
 async fn readers_share_and_writers_exclude(store: Store) {
@@ -415,4 +417,51 @@ async fn the_attribute_runs_the_body_under_the_lock(store: Store) {
     tokens.sort_unstable();
     tokens.dedup();
     assert_eq!(tokens.len(), 6, "each run had its own token");
+}
+
+/// Works far longer than the test waits, unless its lock is lost.
+#[distributed_lock(key = "long:<id>", lease = "3s", client = locks)]
+async fn long_job(
+    locks: &LockClient,
+    id: &str,
+    started: &tokio::sync::Notify,
+) -> Result<(), LockError> {
+    started.notify_one();
+    tokio::time::sleep(Duration::from_secs(600)).await;
+    Ok(())
+}
+
+async fn a_forced_release_stops_the_body_and_the_lock_is_listed_until_then(store: Store) {
+    let (worker, operator) = (
+        store
+            .builder()
+            .name("worker")
+            .connect()
+            .await
+            .expect("connect"),
+        store.client().await,
+    );
+    let id = unique_key("forced");
+    let name = format!("long:{id}");
+    let started = tokio::sync::Notify::new();
+    let job = long_job(&worker, &id, &started);
+    tokio::pin!(job);
+    tokio::select! {
+        _ = started.notified() => {}
+        outcome = &mut job => panic!("the job ended first: {outcome:?}"),
+    }
+    let listed = store.ok(operator.list(Some("long:*")).await);
+    assert_eq!(listed.len(), 1, "{listed:?}");
+    let holder = &listed[0].holders[0];
+    let owner = holder.owner_id.as_ref().expect("a readable owner id");
+    assert_eq!(owner.name, "worker");
+    assert_eq!(owner.pid, std::process::id());
+    assert!(store.ok(operator.force_release(&name).await));
+    // The holder learns at its next renewal (a third of the lease) and the
+    // body is dropped at its next await.
+    let outcome = store
+        .within(Duration::from_secs(10), "the stopped job", job)
+        .await;
+    assert!(outcome.expect_err("lost").is_lost());
+    assert!(store.ok(operator.list(Some("long:*")).await).is_empty());
 }

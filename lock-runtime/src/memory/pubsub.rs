@@ -243,13 +243,6 @@ impl MemorySubscriber {
         self.add(channels, true);
         Ok(())
     }
-
-    /// SUNSUBSCRIBE from one shard channel.
-    #[cfg(test)]
-    pub(crate) fn sunsubscribe(&self, channel: &str) -> redis::RedisResult<()> {
-        self.remove(channel, true);
-        Ok(())
-    }
 }
 
 impl Drop for MemorySubscriber {
