@@ -233,7 +233,9 @@ impl Sentinels {
             .collect();
         let client = SentinelClient::build(
             sentinel_infos,
-            service,
+            // An owned name fits `build` with and without the `tls` feature
+            // (redis-rs takes `String` without it, `impl AsRef<str>` with it).
+            service.to_owned(),
             Some(SentinelNodeConnectionInfo::default().set_redis_connection_info(node)),
             SentinelServerType::Master,
         )
