@@ -235,7 +235,7 @@ impl Sentinels {
             sentinel_infos,
             // An owned name fits `build` with and without the `tls` feature
             // (redis-rs takes `String` without it, `impl AsRef<str>` with it).
-            service.to_owned(),
+            String::from(service),
             Some(SentinelNodeConnectionInfo::default().set_redis_connection_info(node)),
             SentinelServerType::Master,
         )

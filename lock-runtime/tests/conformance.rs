@@ -8,8 +8,10 @@ mod common;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::{QUARANTINE, contend, spawn_acquire};
-use lock_runtime::{LockClient, LockClientBuilder, LockError, MemoryStore, distributed_lock};
+use common::{QUARANTINE, contend, spawn_acquire, try_once_when_up};
+use lock_runtime::{
+    LockClient, LockClientBuilder, LockError, LockRequest, MemoryStore, distributed_lock,
+};
 use lock_testkit::{RedisServer, unique_key};
 
 /// Where the locks of one test live.
@@ -68,6 +70,12 @@ impl Store {
             Err(_) => panic!("{what} took longer than {limit:?}\nstore:\n{}", self.log()),
         }
     }
+}
+
+/// Asserts that `request`, tried once, finds the lock taken.
+async fn busy(request: LockRequest, why: &str) {
+    let refused = request.wait(Duration::ZERO).acquire().await;
+    assert!(refused.expect_err(why).is_timeout(), "{why}");
 }
 
 /// Generates each test twice: on a real server and in memory.
@@ -133,12 +141,7 @@ async fn a_held_lock_times_out_others_and_its_release_wakes_a_waiter(store: Stor
     // waiter in within the bound below.
     let lease = Duration::from_secs(30);
     let guard = store.ok(holder.lock(name.as_str()).lease(lease).acquire().await);
-    let refused = other
-        .lock(name.as_str())
-        .wait(Duration::ZERO)
-        .acquire()
-        .await;
-    assert!(refused.expect_err("held").is_timeout());
+    busy(other.lock(name.as_str()), "held").await;
 
     let waiting = spawn_acquire(
         other
@@ -171,12 +174,7 @@ async fn a_short_lease_is_renewed_while_held(store: Store) {
     // Five leases later the lock is still ours.
     tokio::time::sleep(Duration::from_millis(1500)).await;
     assert!(!guard.is_lost());
-    let refused = other
-        .lock(name.as_str())
-        .wait(Duration::ZERO)
-        .acquire()
-        .await;
-    assert!(refused.expect_err("still held").is_timeout());
+    busy(other.lock(name.as_str()), "still held").await;
     store.ok(guard.release().await);
     let next = store.ok(other
         .lock(name.as_str())
@@ -210,12 +208,7 @@ async fn the_same_scope_re_enters_and_a_spawned_task_waits(store: Store) {
     assert!(spawned.expect_err("another owner").is_timeout());
     // The outer hold survived the inner release.
     assert!(!guard.is_lost());
-    let refused = locks
-        .lock(name.as_str())
-        .wait(Duration::ZERO)
-        .acquire()
-        .await;
-    assert!(refused.expect_err("still held").is_timeout());
+    busy(locks.lock(name.as_str()), "still held").await;
     store.ok(guard.release().await);
 }
 
@@ -236,21 +229,11 @@ async fn losing_the_data_means_loss_then_quarantine_then_larger_tokens(mut store
     // Until the quarantine ends, no lock: holders from before the loss may
     // not have been told yet.
     let refused = store
-        .within(Duration::from_secs(5), "refusal", async {
-            loop {
-                match locks
-                    .lock(name.as_str())
-                    .wait(Duration::ZERO)
-                    .acquire()
-                    .await
-                {
-                    Err(err) if err.is_unavailable() => {
-                        tokio::time::sleep(Duration::from_millis(50)).await
-                    }
-                    other => return other,
-                }
-            }
-        })
+        .within(
+            Duration::from_secs(5),
+            "refusal",
+            try_once_when_up(&locks, &name),
+        )
         .await;
     assert!(refused.expect_err("quarantined").is_timeout());
     let again = store.ok(locks
@@ -268,12 +251,7 @@ async fn a_semaphore_admits_its_permits_only(store: Store) {
     for locks in [&first, &second, &first] {
         held.push(store.ok(locks.semaphore(name.as_str(), 3).acquire().await));
     }
-    let refused = second
-        .semaphore(name.as_str(), 3)
-        .wait(Duration::ZERO)
-        .acquire()
-        .await;
-    assert!(refused.expect_err("three permits taken").is_timeout());
+    busy(second.semaphore(name.as_str(), 3), "three permits taken").await;
     let waiting = spawn_acquire(
         second
             .semaphore(name.as_str(), 3)
@@ -293,12 +271,7 @@ async fn readers_share_and_writers_exclude(store: Store) {
     let name = unique_key("rw");
     let reader = store.ok(first.read_lock(name.as_str()).acquire().await);
     let another = store.ok(second.read_lock(name.as_str()).acquire().await);
-    let refused = second
-        .write_lock(name.as_str())
-        .wait(Duration::ZERO)
-        .acquire()
-        .await;
-    assert!(refused.expect_err("readers in").is_timeout());
+    busy(second.write_lock(name.as_str()), "readers in").await;
     let writing = spawn_acquire(
         second
             .write_lock(name.as_str())
@@ -312,12 +285,7 @@ async fn readers_share_and_writers_exclude(store: Store) {
         .await
         .unwrap();
     let writer = store.ok(writer);
-    let refused = first
-        .read_lock(name.as_str())
-        .wait(Duration::ZERO)
-        .acquire()
-        .await;
-    assert!(refused.expect_err("writer in").is_timeout());
+    busy(first.read_lock(name.as_str()), "writer in").await;
     store.ok(writer.release().await);
 }
 
@@ -356,12 +324,7 @@ async fn lock_all_takes_every_lock_or_none(store: Store) {
     let (first, second) = (store.client().await, store.client().await);
     let (a, b) = (unique_key("all-a"), unique_key("all-b"));
     let b_held = store.ok(first.lock(b.as_str()).acquire().await);
-    let refused = second
-        .lock_all([a.as_str(), b.as_str()])
-        .wait(Duration::ZERO)
-        .acquire()
-        .await;
-    assert!(refused.expect_err("b is held").is_timeout());
+    busy(second.lock_all([a.as_str(), b.as_str()]), "b is held").await;
     // Nothing was taken: `a` is free.
     let a_held = store.ok(first.lock(a.as_str()).wait(Duration::ZERO).acquire().await);
     store.ok(a_held.release().await);

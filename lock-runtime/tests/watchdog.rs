@@ -4,7 +4,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{QUARANTINE, builder, client, lock_key, ok, spawn_acquire, within};
+use common::{QUARANTINE, builder, client, lock_key, ok, spawn_acquire, try_once_when_up, within};
 use lock_runtime::LossReason;
 use lock_testkit::{RedisServer, unique_key};
 
@@ -169,21 +169,12 @@ async fn a_restarted_server_means_loss_and_the_client_recovers() {
     // The same client works again once the server is back, after the
     // restart quarantine: until then the lock is refused, since holders
     // from before the restart may not have been told yet.
-    let refused = within(&server, Duration::from_secs(5), "refusal", async {
-        loop {
-            match holder
-                .lock(name.as_str())
-                .wait(Duration::ZERO)
-                .acquire()
-                .await
-            {
-                Err(err) if err.is_unavailable() => {
-                    tokio::time::sleep(Duration::from_millis(50)).await
-                }
-                other => return other,
-            }
-        }
-    })
+    let refused = within(
+        &server,
+        Duration::from_secs(5),
+        "refusal",
+        try_once_when_up(&holder, &name),
+    )
     .await;
     assert!(refused.expect_err("quarantined").is_timeout());
     let again = ok(

@@ -82,6 +82,18 @@ pub fn spawn_holder(server: &RedisServer, test: &str, name: &str) -> (std::proce
     (child, held[5..].parse().unwrap())
 }
 
+/// Tries `name` once with `locks` until the store answers (a restarted
+/// server refuses connections for a moment): the first answer that is not
+/// "unavailable".
+pub async fn try_once_when_up(locks: &LockClient, name: &str) -> Result<LockGuard, LockError> {
+    loop {
+        match locks.lock(name).wait(Duration::ZERO).acquire().await {
+            Err(err) if err.is_unavailable() => tokio::time::sleep(Duration::from_millis(50)).await,
+            other => return other,
+        }
+    }
+}
+
 /// Runs `request.acquire()` in a task of its own; resolves to when it
 /// returned and what.
 pub fn spawn_acquire(
