@@ -179,8 +179,9 @@ impl FaultKind {
                  (empty; the Sentinels make it a replica)"
             }
             FaultKind::SentinelLaggingKill => {
-                "`CLIENT KILL TYPE replica` on the master (replicas reconnect within ~1 s), \
-                 200–500 ms later SIGKILL it: what it granted meanwhile reached no replica; \
+                "SIGSTOP the replicas and `CLIENT KILL TYPE replica` on the master, 200–500 ms \
+                 later SIGKILL it and SIGCONT the replicas: what it granted meanwhile reached no \
+                 replica; \
                  `SENTINEL FAILOVER` at once (no wait for the master to be judged down), then \
                  restart as above"
             }

@@ -669,9 +669,18 @@ impl Run {
                     let group = t.sentinel();
                     group.wait_until_ok();
                     if lagging {
+                        // Stop the replicas first, then cut their links: a
+                        // stopped replica cannot reconnect and catch up from
+                        // the backlog, and nothing written after the cut is
+                        // on its way to it. They stay stopped until the
+                        // master is dead.
+                        let master = group.current_master_port();
+                        for node in group.nodes().iter().filter(|n| n.port() != master) {
+                            node.pause();
+                        }
                         let args = ["CLIENT", "KILL", "TYPE", "replica"];
                         match group.master().try_cli(&args, Duration::from_secs(1)) {
-                            Ok(n) => format!("{n} replica links dropped, "),
+                            Ok(n) => format!("{n} replicas stopped and their links dropped, "),
                             Err(err) => format!("replica links not dropped ({err}), "),
                         }
                     } else {
@@ -691,6 +700,9 @@ impl Run {
                 let killed = with_topo(&self.redis, move |t| {
                     let group = t.sentinel();
                     let old = group.kill_master();
+                    for node in group.nodes().iter().filter(|n| n.is_paused()) {
+                        node.resume();
+                    }
                     // After the lagging kill, a Sentinel is told to fail over
                     // at once (no 2 s wait for the master to be judged down),
                     // so the new master can be in place within about a
