@@ -24,7 +24,11 @@ macro_rules! guide_links {
          [deployments]: crate::guide::deployments\n\
          [operating]: crate::guide::operating\n\
          [comparison]: crate::guide::comparison\n\
-         [`LockClient::id`]: crate::LockClient::id\n\n"
+         [`LockClient::id`]: crate::LockClient::id\n\
+         [`LockGuard::span`]: crate::LockGuard::span\n\
+         [`metric_names`]: crate::metric_names\n\
+         [`describe_metrics`]: crate::describe_metrics\n\
+         [`LockClientBuilder::name`]: crate::LockClientBuilder::name\n\n"
     };
 }
 pub(crate) use guide_links;
