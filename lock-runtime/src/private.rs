@@ -59,8 +59,10 @@ where
     E: From<LockError>,
 {
     // The release runs after the span's scope ends; the warning below still
-    // belongs to the lock.
+    // belongs to the lock, and names it itself for filters that drop the
+    // INFO span.
     let span = guard.span().clone();
+    let key = guard.key().to_owned();
     let result = match guard.scope(body).await {
         Ok(result) => result,
         Err(lost) => return Err(E::from(lost)),
@@ -69,7 +71,12 @@ where
         Ok(()) => result,
         Err(err) if err.is_lost() => Err(E::from(err)),
         Err(err) => {
-            tracing::warn!(parent: &span, error = %err, "release failed; the lock expires after its lease");
+            tracing::warn!(
+                parent: &span,
+                %key,
+                error = %err,
+                "release failed; the lock expires after its lease"
+            );
             result
         }
     }
