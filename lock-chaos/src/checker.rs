@@ -179,7 +179,7 @@ impl FaultKind {
                  (empty; the Sentinels make it a replica)"
             }
             FaultKind::SentinelLaggingKill => {
-                "SIGSTOP the replicas and `CLIENT KILL TYPE replica` on the master, 200–500 ms \
+                "SIGSTOP the replicas and `CLIENT KILL TYPE replica` on the master, 400–900 ms \
                  later SIGKILL it and SIGCONT the replicas: what it granted meanwhile reached no \
                  replica; \
                  `SENTINEL FAILOVER` at once (no wait for the master to be judged down), then \

@@ -217,6 +217,21 @@ async fn with_redis<T: Send + 'static>(
 
 /// Runs blocking work on the topology; a panic (lock-testkit's way of
 /// failing) becomes the first line of its message.
+/// The sum of the fencing counters on `node`, if it answers.
+fn fence_total(node: &RedisServer) -> Option<i64> {
+    let sum = "local s = 0 \
+               for _, k in ipairs(redis.call('KEYS', ARGV[1])) do \
+                 s = s + tonumber(redis.call('GET', k)) \
+               end \
+               return s";
+    let counters = format!("{}fence:*", crate::worker::PREFIX);
+    node.try_cli(&["EVAL", sum, "0", &counters], Duration::from_secs(1))
+        .ok()?
+        .trim()
+        .parse()
+        .ok()
+}
+
 async fn with_topo<T: Send + 'static>(
     topo: &Arc<Mutex<Topo>>,
     f: impl FnOnce(&mut Topo) -> T + Send + 'static,
@@ -679,26 +694,29 @@ impl Run {
                             node.pause();
                         }
                         let args = ["CLIENT", "KILL", "TYPE", "replica"];
-                        match group.master().try_cli(&args, Duration::from_secs(1)) {
+                        let cut = match group.master().try_cli(&args, Duration::from_secs(1)) {
                             Ok(n) => format!("{n} replicas stopped and their links dropped, "),
                             Err(err) => format!("replica links not dropped ({err}), "),
-                        }
+                        };
+                        // What the replicas will have: every counter as of the cut.
+                        (cut, fence_total(group.master()))
                     } else {
-                        String::new()
+                        (String::new(), None)
                     }
                 })
                 .await;
-                let mut detail = match prepared {
-                    Ok(detail) => detail,
+                let (mut detail, replicated) = match prepared {
+                    Ok(prepared) => prepared,
                     Err(err) => return format!("failed before the kill: {err}"),
                 };
                 if lagging {
-                    let gap = Duration::from_millis(self.rng.range(200, 500));
+                    let gap = Duration::from_millis(self.rng.range(400, 900));
                     tokio::time::sleep(gap).await;
                     detail += &format!("master killed {} ms later; ", ms(gap));
                 }
                 let killed = with_topo(&self.redis, move |t| {
                     let group = t.sentinel();
+                    let counted = fence_total(group.master());
                     let old = group.kill_master();
                     for node in group.nodes().iter().filter(|n| n.is_paused()) {
                         node.resume();
@@ -716,13 +734,13 @@ impl Run {
                             Err(err) => format!("SENTINEL FAILOVER failed ({err}); "),
                         }
                     });
-                    (old, forced.unwrap_or_default())
+                    (old, forced.unwrap_or_default(), counted)
                 })
                 .await;
-                let old = match killed {
-                    Ok((old, forced)) => {
+                let (old, counted) = match killed {
+                    Ok((old, forced, counted)) => {
                         detail += &forced;
-                        old
+                        (old, counted)
                     }
                     Err(err) => return format!("{detail}kill failed: {err}"),
                 };
@@ -737,8 +755,19 @@ impl Run {
                     group.node_mut(index).restart();
                 })
                 .await;
+                // What the failover lost, read off the fencing counters:
+                // each acquisition adds one, so what the old master counted
+                // after the cut are grants that reached no replica.
+                let lost = counted.zip(replicated).map(|(died, cut)| died - cut);
                 match over {
-                    Ok(new) => detail += &format!("port {old} → port {new} after {} ms", ms(took)),
+                    Ok(new) => {
+                        detail += &format!("port {old} → port {new} after {} ms", ms(took));
+                        if let Some(lost) = lost {
+                            detail += &format!(
+                                ", {lost} grants lost (fencing-counter increments after the cut)"
+                            );
+                        }
+                    }
                     Err(err) => detail += &format!("port {old} killed, no failover: {err}"),
                 }
                 if let Err(err) = restarted {
