@@ -756,15 +756,17 @@ impl Run {
                 })
                 .await;
                 // What the failover lost, read off the fencing counters:
-                // each acquisition adds one, so what the old master counted
-                // after the cut are grants that reached no replica.
+                // each acquisition attempt adds one, so what the old master
+                // counted after the cut no replica saw. Without
+                // `min_replicas` those were grants; with it, attempts the
+                // missing replicas made the client give back.
                 let lost = counted.zip(replicated).map(|(died, cut)| died - cut);
                 match over {
                     Ok(new) => {
                         detail += &format!("port {old} → port {new} after {} ms", ms(took));
                         if let Some(lost) = lost {
                             detail += &format!(
-                                ", {lost} grants lost (fencing-counter increments after the cut)"
+                                ", {lost} acquisition attempts after the cut, seen by no replica"
                             );
                         }
                     }
