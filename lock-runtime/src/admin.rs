@@ -797,8 +797,11 @@ fn strip_companion(key: &str) -> &str {
         .unwrap_or(key)
 }
 
-/// Whether `key` is a fencing counter, `PREFIXfence:{DIGITS}` (keys.rs).
+/// Whether `key` is a fencing counter, `PREFIXfence:{DIGITS}` (keys.rs), or
+/// the marker of one created during a restart quarantine (`…:born`,
+/// prelude.lua).
 fn is_fence_counter(prefix: &str, key: &str) -> bool {
+    let key = key.strip_suffix(":born").unwrap_or(key);
     key.strip_prefix(prefix)
         .and_then(|rest| rest.strip_prefix("fence:{"))
         .and_then(|rest| rest.strip_suffix('}'))
@@ -1042,6 +1045,7 @@ mod tests {
         }
         assert_eq!(strip_companion(&keys.lock), keys.lock);
         assert!(is_fence_counter("lock:", &keys.fence));
+        assert!(is_fence_counter("lock:", &format!("{}:born", keys.fence)));
         assert!(!is_fence_counter("lock:", &keys.lock));
         assert!(!is_fence_counter("lock:", "lock:fence:{x}"));
     }

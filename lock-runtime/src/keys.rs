@@ -14,7 +14,9 @@
 //!   waiters in arrival order, and until when each counts as still waiting;
 //! * `lock:{order:42}:released`: the pub/sub channel its release is announced on;
 //! * `lock:fence:{T}`: the fencing counter shared by every lock in the same
-//!   Redis Cluster hash slot, where `T` is a short tag chosen to hash to that slot.
+//!   Redis Cluster hash slot, where `T` is a short tag chosen to hash to that slot;
+//!   and, for at most a restart quarantine after a counter was created on a
+//!   server that had just started, `lock:fence:{T}:born` (see prelude.lua).
 //!
 //! Names that already carry a hash tag (`{tenant:7}:order:42`) keep it, so a
 //! user can co-locate locks with their data; names without one are wrapped in

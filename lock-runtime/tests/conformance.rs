@@ -106,6 +106,7 @@ conformance! {
     a_short_lease_is_renewed_while_held,
     the_same_scope_re_enters_and_a_spawned_task_waits,
     losing_the_data_means_loss_then_quarantine_then_larger_tokens,
+    a_client_that_met_the_store_after_its_loss_does_not_open_the_quarantine,
     a_semaphore_admits_its_permits_only,
     readers_share_and_writers_exclude,
     fair_waiters_are_served_in_arrival_order,
@@ -427,4 +428,42 @@ async fn a_forced_release_stops_the_body_and_the_lock_is_listed_until_then(store
         .await;
     assert!(outcome.expect_err("lost").is_lost());
     assert!(store.ok(operator.list(Some("long:*")).await).is_empty());
+}
+
+async fn a_client_that_met_the_store_after_its_loss_does_not_open_the_quarantine(mut store: Store) {
+    let aware = store.client().await;
+    let name = unique_key("late-client");
+    let guard = store.ok(aware
+        .lock(name.as_str())
+        .lease(Duration::from_secs(2))
+        .acquire()
+        .await);
+    store.restart();
+    // A client that never saw the store before its loss cannot know that
+    // holders from before may not have been told yet (unless strict): it
+    // takes the lock and creates the slot's fencing counter.
+    let late = store.client().await;
+    let taken = store
+        .within(
+            Duration::from_secs(5),
+            "the late client's lock",
+            try_once_when_up(&late, &name),
+        )
+        .await;
+    store.ok(store.ok(taken).release().await);
+    // The client that saw the loss still waits out its quarantine, although
+    // the counter now exists.
+    let refused = try_once_when_up(&aware, &name).await;
+    assert!(
+        refused.expect_err("still quarantined").is_timeout(),
+        "granted inside the quarantine"
+    );
+    store
+        .within(Duration::from_secs(5), "lost() after restart", guard.lost())
+        .await;
+    store.ok(aware
+        .lock(name.as_str())
+        .wait(QUARANTINE * 3)
+        .acquire()
+        .await);
 }

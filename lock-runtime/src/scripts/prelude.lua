@@ -22,18 +22,41 @@ end
 -- says to assume so (see config.rs). Otherwise the counter starts from the
 -- server clock in microseconds, which is past every token handed out before,
 -- so that tokens keep growing across the loss (see keys.rs).
+--
+-- A client that met the server only after the restart may create the counter
+-- during the quarantine (it cannot know better unless strict). The counter's
+-- `:born` marker, kept until that client's quarantine would have ended, keeps
+-- the slot closed for the clients that did see the restart: without it they
+-- would find a counter and grant at once, next to holders not told yet.
+local function server_info()
+  local info = redis.call('INFO', 'server')
+  return tonumber(string.match(info, 'uptime_in_seconds:(%d+)')) * 1000,
+    string.match(info, 'run_id:(%x+)')
+end
+
 local function next_fence(counter, q)
+  local born = counter .. ':born'
+  if q.ms > 0 then
+    local left = redis.call('PTTL', born)
+    if left > 0 then
+      local _, run_id = server_info()
+      if q.strict or not string.find(q.seen, run_id, 1, true) then
+        return nil, left
+      end
+    end
+  end
   local fence = redis.call('INCR', counter)
   if fence ~= 1 then
     return fence
   end
   if q.ms > 0 then
-    local info = redis.call('INFO', 'server')
-    local uptime = tonumber(string.match(info, 'uptime_in_seconds:(%d+)')) * 1000
-    local run_id = string.match(info, 'run_id:(%x+)')
-    if uptime < q.ms and (q.strict or not string.find(q.seen, run_id, 1, true)) then
-      redis.call('DEL', counter)
-      return nil, q.ms - uptime
+    local uptime, run_id = server_info()
+    if uptime < q.ms then
+      if q.strict or not string.find(q.seen, run_id, 1, true) then
+        redis.call('DEL', counter)
+        return nil, q.ms - uptime
+      end
+      redis.call('SET', born, '1', 'PX', q.ms - uptime)
     end
   end
   local t = redis.call('TIME')
