@@ -461,12 +461,10 @@ async fn a_client_that_met_the_store_after_its_loss_does_not_open_the_quarantine
     store
         .within(Duration::from_secs(5), "lost() after restart", guard.lost())
         .await;
-    let again = store.ok(
-        aware
-            .lock(name.as_str())
-            .wait(QUARANTINE * 3)
-            .acquire()
-            .await,
-    );
+    let again = store.ok(aware
+        .lock(name.as_str())
+        .wait(QUARANTINE * 3)
+        .acquire()
+        .await);
     store.ok(again.release().await);
 }
