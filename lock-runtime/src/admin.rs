@@ -37,7 +37,7 @@ use crate::connection::Conn;
 use crate::error::LockError;
 use crate::keys::LockKeys;
 use crate::owner::OwnerId;
-use crate::scripts::Node;
+use crate::scripts::{Node, within};
 use crate::wakeups::{Wake, Watch};
 
 /// A script in its two forms, as scripts.rs loads its own: release messages
@@ -412,7 +412,7 @@ impl LockClient {
                 let (_, _, sharded) = node.parts();
                 let mut call = FORCE_RELEASE[usize::from(sharded)].prepare_invoke();
                 lock_script_keys(&mut call, keys);
-                run::<i64>(node, name, &call).await
+                node.invoke::<i64>(name, &call).await
             }
         }))
         .await;
@@ -609,40 +609,12 @@ fn lock_script_keys(call: &mut redis::ScriptInvocation<'_>, keys: &LockKeys) {
         .key(&keys.channel);
 }
 
-/// Runs a script on one store within its command timeout.
-async fn run<T: FromRedisValue>(
-    node: &Node,
-    name: &str,
-    call: &redis::ScriptInvocation<'_>,
-) -> Result<T, LockError> {
-    let (conn, timeout, _) = node.parts();
-    let mut conn = conn.clone();
-    within(timeout, Some(name), call.invoke_async(&mut conn)).await
-}
-
-/// Bounds a Redis call by `timeout`, sorting its error.
-async fn within<T>(
-    timeout: Duration,
-    name: Option<&str>,
-    call: impl Future<Output = RedisResult<T>>,
-) -> Result<T, LockError> {
-    let timed_out = || LockError::CommandTimeout {
-        key: name.map(str::to_owned),
-        after: timeout,
-    };
-    match tokio::time::timeout(timeout, call).await {
-        Ok(Err(err)) if err.is_timeout() => Err(timed_out()),
-        Ok(result) => result.map_err(|err| LockError::from_redis(name, err)),
-        Err(_) => Err(timed_out()),
-    }
-}
-
 /// One store's view of the lock `keys`.
 async fn seen_on(node: &Node, name: &str, keys: &LockKeys) -> Result<Seen, LockError> {
     let (_, _, sharded) = node.parts();
     let mut call = INSPECT[usize::from(sharded)].prepare_invoke();
     lock_script_keys(&mut call, keys);
-    let reply: Value = run(node, name, &call).await?;
+    let reply: Value = node.invoke(name, &call).await?;
     parse_seen(reply).ok_or_else(|| LockError::Redis {
         key: Some(name.to_owned()),
         source: redis::RedisError::from((

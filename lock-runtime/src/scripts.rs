@@ -533,18 +533,36 @@ impl Node {
         timeout: Duration,
     ) -> Result<T, LockError> {
         let mut conn = conn.clone();
-        match tokio::time::timeout(timeout, call.invoke_async(&mut conn)).await {
-            // The connection's own response timeout may fire first.
-            Ok(Err(err)) if err.is_timeout() => Err(LockError::CommandTimeout {
-                key: name.map(str::to_owned),
-                after: timeout,
-            }),
-            Ok(result) => result.map_err(|err| LockError::from_redis(name, err)),
-            Err(_) => Err(LockError::CommandTimeout {
-                key: name.map(str::to_owned),
-                after: timeout,
-            }),
-        }
+        within(timeout, name, call.invoke_async(&mut conn)).await
+    }
+
+    /// Runs a script of someone else's (the operator commands of
+    /// `admin.rs`) on the command connection, with the usual timeout.
+    pub(crate) async fn invoke<T: FromRedisValue>(
+        &self,
+        name: &str,
+        call: &ScriptInvocation<'_>,
+    ) -> Result<T, LockError> {
+        self.run(&self.conn, Some(name), call, self.timeout).await
+    }
+}
+
+/// Bounds a Redis call by `timeout` and sorts its error; `name` names the
+/// lock in the error.
+pub(crate) async fn within<T>(
+    timeout: Duration,
+    name: Option<&str>,
+    call: impl Future<Output = redis::RedisResult<T>>,
+) -> Result<T, LockError> {
+    let timed_out = || LockError::CommandTimeout {
+        key: name.map(str::to_owned),
+        after: timeout,
+    };
+    match tokio::time::timeout(timeout, call).await {
+        // The connection's own response timeout may fire first.
+        Ok(Err(err)) if err.is_timeout() => Err(timed_out()),
+        Ok(result) => result.map_err(|err| LockError::from_redis(name, err)),
+        Err(_) => Err(timed_out()),
     }
 }
 
