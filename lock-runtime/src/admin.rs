@@ -35,7 +35,7 @@ use crate::backend::needed;
 use crate::client::LockClient;
 use crate::connection::Conn;
 use crate::error::LockError;
-use crate::keys::LockKeys;
+use crate::keys::{self, LockKeys};
 use crate::owner::OwnerId;
 use crate::scripts::{Node, within};
 use crate::wakeups::{Wake, Watch};
@@ -190,9 +190,9 @@ impl Waiters {
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct LockInfo {
-    /// The lock's name, as given to [`LockClient::lock`]. A name and the
-    /// same name in braces (`order:42`, `{order:42}`) are one lock; the
-    /// form without braces is reported.
+    /// The lock's name, exactly as given to [`LockClient::lock`] (every
+    /// distinct string is a lock of its own: `order:42` and `{order:42}`
+    /// are two).
     pub name: String,
     /// The Redis key of the lock (under the client's prefix).
     pub key: String,
@@ -739,34 +739,24 @@ fn merge(prefix: &str, name: &str, keys: &LockKeys, seen: Vec<Option<Seen>>) -> 
     })
 }
 
-/// The name of the lock whose lock key is `key`, in its form without
-/// braces when it has one; `None` when no lock name maps to `key`.
+/// The name of the lock whose lock key is `key`, exactly as it was given;
+/// `None` when no lock name maps to `key` (see keys.rs).
 fn lock_name(prefix: &str, key: &str) -> Option<String> {
-    let rest = key.strip_prefix(prefix)?;
-    let name = rest
-        .strip_prefix('{')
-        .and_then(|inner| inner.strip_suffix('}'))
-        .filter(|inner| !inner.is_empty() && !inner.contains(['{', '}']))
-        .unwrap_or(rest);
-    (LockKeys::new(prefix, name).lock == key).then(|| name.to_owned())
+    keys::lock_name(prefix, key)
 }
 
-/// The lock key a companion key belongs to (`x:holders` → `x`), or the key
-/// itself. Longest suffixes first: `:readers:holders` before `:holders`.
+/// The lock key a companion key belongs to (`lock:{x}:holders` →
+/// `lock:{x}`), or the key itself. A lock key ends at its last `}` and no
+/// companion suffix has a brace, so what follows the last `}` tells a
+/// companion key from a lock key (`lock:{x:holders}`, of the lock
+/// `x:holders`).
 fn strip_companion(key: &str) -> &str {
-    const COMPANIONS: [&str; 7] = [
-        ":readers:holders",
-        ":readers-waiting",
-        ":writer-waiting",
-        ":queue:alive",
-        ":holders",
-        ":readers",
-        ":queue",
-    ];
-    COMPANIONS
-        .iter()
-        .find_map(|suffix| key.strip_suffix(suffix))
-        .unwrap_or(key)
+    let base = key.rfind('}').map_or(key, |end| &key[..=end]);
+    if keys::COMPANIONS.contains(&&key[base.len()..]) {
+        base
+    } else {
+        key
+    }
 }
 
 /// Whether `key` is a fencing counter, `PREFIXfence:{DIGITS}` (keys.rs), or
@@ -988,37 +978,58 @@ mod tests {
             Some("order:42")
         );
         assert_eq!(
-            lock_name("lock:", "lock:{tenant:7}:order:42").as_deref(),
+            lock_name("lock:", "lock:{tenant:7}{:order:42}").as_deref(),
             Some("{tenant:7}:order:42")
         );
-        // Not the key of any name: names without a tag get braces.
+        // Not the key of any name: names without a tag get braces, and a
+        // tag in the name is followed by the escaped rest in braces.
         assert_eq!(lock_name("lock:", "lock:order:42"), None);
+        assert_eq!(lock_name("lock:", "lock:{tenant:7}:order:42"), None);
         assert_eq!(lock_name("lock:", "other:{x}"), None);
-        for name in ["order:42", "{tenant:7}:order:42", "a{b}c", "x:holders"] {
+        for name in [
+            "order:42",
+            "{tenant:7}:order:42",
+            "a{b}c",
+            "x:holders",
+            "{x}",
+            "{x}:holders",
+            "}x",
+            "{}x",
+            "a{b",
+            "{{x}",
+            "%7Bx%7D",
+            "50%",
+        ] {
             let keys = LockKeys::new("lock:", name);
-            let back = lock_name("lock:", &keys.lock).unwrap();
-            assert_eq!(LockKeys::new("lock:", &back), keys, "{name}");
+            assert_eq!(lock_name("lock:", &keys.lock).as_deref(), Some(name));
         }
     }
 
     #[test]
     fn companion_keys_and_counters_are_recognised() {
-        let keys = LockKeys::new("lock:", "job");
-        for companion in [
-            keys.holders(),
-            keys.readers(),
-            keys.readers_holders(),
-            keys.readers_waiting(),
-            keys.writer_waiting(),
-            keys.queue(),
-            keys.queue_alive(),
-        ] {
-            assert_eq!(strip_companion(&companion), keys.lock, "{companion}");
+        for name in ["job", "{x}", "{x}:holders", "x:holders", "}x", "a{t}b"] {
+            let keys = LockKeys::new("lock:", name);
+            for companion in [
+                keys.holders(),
+                keys.readers(),
+                keys.readers_holders(),
+                keys.readers_waiting(),
+                keys.writer_waiting(),
+                keys.queue(),
+                keys.queue_alive(),
+            ] {
+                assert_eq!(strip_companion(&companion), keys.lock, "{companion}");
+                assert_eq!(lock_name("lock:", &companion), None, "{companion}");
+            }
+            assert_eq!(strip_companion(&keys.lock), keys.lock);
+            assert!(is_fence_counter("lock:", &keys.fence));
+            assert!(is_fence_counter("lock:", &format!("{}:born", keys.fence)));
+            assert!(!is_fence_counter("lock:", &keys.lock));
         }
-        assert_eq!(strip_companion(&keys.lock), keys.lock);
-        assert!(is_fence_counter("lock:", &keys.fence));
-        assert!(is_fence_counter("lock:", &format!("{}:born", keys.fence)));
-        assert!(!is_fence_counter("lock:", &keys.lock));
+        // A name ending like a companion is a lock of its own.
+        let own = LockKeys::new("lock:", "x:holders");
+        assert_eq!(strip_companion(&own.lock), own.lock);
+        assert_eq!(strip_companion("lock:{x}:other"), "lock:{x}:other");
         assert!(!is_fence_counter("lock:", "lock:fence:{x}"));
     }
 

@@ -67,12 +67,13 @@ pub(crate) struct Backend {
     topology: Arc<Topology>,
 }
 
-/// The times an acquisition needs: the lease, how long the caller will
-/// wait (for turn-taking marks), and the drift margin.
+/// The times an acquisition needs: the lease, how long a waiting caller's
+/// turn-taking mark lasts unless it tries again (zero: it does not wait),
+/// and the drift margin.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Times {
     pub(crate) lease: Duration,
-    pub(crate) waiting: Duration,
+    pub(crate) mark: Duration,
     pub(crate) drift: Duration,
 }
 
@@ -134,7 +135,7 @@ impl Backend {
         times: Times,
         replicas: Option<Replicas>,
     ) -> Result<Acquired, LockError> {
-        let during = (times.lease, times.waiting);
+        let during = (times.lease, times.mark);
         match &*self.topology {
             Topology::Single(node) => node.acquire(name, keys, owner, during, replicas).await,
             Topology::Cluster(node) => {
@@ -206,7 +207,7 @@ impl Backend {
         times: Times,
         replicas: Option<Replicas>,
     ) -> Result<Acquired, LockError> {
-        let during = (times.lease, times.waiting);
+        let during = (times.lease, times.mark);
         match &*self.topology {
             Topology::Single(node) | Topology::Cluster(node) => {
                 node.acquire_read(name, keys, owner, during, replicas).await
@@ -293,6 +294,39 @@ impl Backend {
                     undo,
                 )
                 .await
+            }
+        }
+    }
+
+    /// Takes back the turn-taking marks of a writer or reader that stopped
+    /// waiting (one call per hash slot on a Cluster).
+    pub(crate) async fn leave_turns(
+        &self,
+        name: &str,
+        keys: &[LockKeys],
+        owner: &str,
+    ) -> Result<(), LockError> {
+        match &*self.topology {
+            Topology::Single(node) => node.leave_turns(name, keys, owner).await,
+            Topology::Cluster(node) => {
+                let groups = by_slot(keys.iter().map(|k| k.lock.as_str()));
+                let calls = groups.iter().map(|group| {
+                    let group_keys: Vec<LockKeys> =
+                        group.iter().map(|&i| keys[i].clone()).collect();
+                    async move { node.leave_turns(name, &group_keys, owner).await }
+                });
+                let outcomes = futures_util::future::join_all(calls).await;
+                successes(outcomes).map(drop)
+            }
+            Topology::Quorum(_) => {
+                let (name, keys, owner) = (name.to_owned(), keys.to_vec(), owner.to_owned());
+                let outcomes = self
+                    .on_enough(move |node| {
+                        let (name, keys, owner) = (name.clone(), keys.clone(), owner.clone());
+                        async move { node.leave_turns(&name, &keys, &owner).await }
+                    })
+                    .await;
+                successes(outcomes).map(drop)
             }
         }
     }

@@ -5,13 +5,12 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use redis::aio::ConnectionManager;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
 use crate::backend::{self, Backend, Topology};
 use crate::config::{Config, LockClientBuilder};
-use crate::connection::{self, Conn, Following, OnSwitch, Sentinels};
+use crate::connection::{self, Conn, Following, Managed, OnSwitch, Sentinels};
 use crate::deployment::Deployment;
 use crate::error::LockError;
 use crate::owner;
@@ -75,17 +74,31 @@ impl fmt::Debug for LockClient {
     }
 }
 
+/// One field of an `INFO` text (empty when missing).
+fn info_field(info: &str, name: &str) -> String {
+    info.lines()
+        .find_map(|line| line.strip_prefix(name)?.strip_prefix(':'))
+        .unwrap_or_default()
+        .trim()
+        .to_owned()
+}
+
 /// The run id and uptime in one `INFO server` text.
 fn server_run(info: &str) -> (String, Duration) {
-    let field = |name: &str| {
-        info.lines()
-            .find_map(|line| line.strip_prefix(name))
-            .unwrap_or_default()
-            .trim()
-            .to_owned()
-    };
-    let uptime = field("uptime_in_seconds:").parse().unwrap_or(u64::MAX);
-    (field("run_id:"), Duration::from_secs(uptime))
+    let uptime = info_field(info, "uptime_in_seconds")
+        .parse()
+        .unwrap_or(u64::MAX);
+    (info_field(info, "run_id"), Duration::from_secs(uptime))
+}
+
+/// The eviction policy of a server whose memory is limited, if it may
+/// evict keys with an expiry (every lock key has one): `volatile-*` and
+/// `allkeys-*` policies under a `maxmemory`. `None` for `noeviction` or no
+/// limit.
+fn evicting_policy(info: &str) -> Option<String> {
+    let limited = info_field(info, "maxmemory").parse::<u64>().unwrap_or(0) > 0;
+    let policy = info_field(info, "maxmemory_policy");
+    (limited && !policy.is_empty() && policy != "noeviction").then_some(policy)
 }
 
 /// The connections of one store before its quarantine is known.
@@ -107,11 +120,10 @@ async fn connect_server(
     let subscriber_client = connection::redis_client(connection::resp3(info), config)?;
     let settings = connection::manager_config(config);
     let opened = async {
-        let conn = ConnectionManager::new_with_config(client.clone(), settings.clone()).await?;
-        let replicated = ConnectionManager::new_with_config(client, settings.clone()).await?;
+        let conn = Managed::connect(client.clone(), settings.clone()).await?;
+        let replicated = Managed::connect(client, settings.clone()).await?;
         let subscriber =
-            ConnectionManager::new_with_config(subscriber_client, settings.set_push_sender(push))
-                .await?;
+            Managed::connect(subscriber_client, settings.set_push_sender(push)).await?;
         Ok::<_, redis::RedisError>((conn, replicated, subscriber))
     };
     let (conn, replicated, subscriber) = opened
@@ -250,8 +262,27 @@ async fn node(connected: Connected, config: &Config, sharded: bool) -> Result<No
         quarantine.clone(),
         sharded,
     );
+    let memory = probe.info("memory").await?;
+    if let Some(policy) = memory.iter().find_map(|info| evicting_policy(info)) {
+        if !config.allow_eviction {
+            return Err(LockError::Config(format!(
+                "Redis at {} may evict keys (maxmemory-policy {policy} under a maxmemory \
+                 limit): it could drop a held lock and grant it again while its holder \
+                 works on. Set maxmemory-policy noeviction, or keep locks on a server \
+                 without a memory limit; LockClientBuilder::allow_eviction(true) \
+                 accepts the risk",
+                connected.address
+            )));
+        }
+        tracing::warn!(
+            server = %connected.address,
+            %policy,
+            "Redis may evict keys: a held lock could be dropped and granted again \
+             while its holder works on (allowed by allow_eviction)"
+        );
+    }
     let runs: Vec<(String, Duration)> = probe
-        .info_server()
+        .info("server")
         .await?
         .iter()
         .map(|info| server_run(info))
@@ -344,7 +375,13 @@ impl LockClient {
                 });
             }
         };
-        wakeups.start(pending, subscribers, needed, shutdown.clone());
+        wakeups.start(
+            pending,
+            subscribers,
+            needed,
+            config.command_timeout,
+            shutdown.clone(),
+        );
         let topology = match deployment {
             Deployment::Redlock(_) => Topology::Quorum(nodes),
             Deployment::Cluster(_) => Topology::Cluster(nodes.remove(0)),
@@ -376,8 +413,10 @@ impl LockClient {
     /// Starts a request for the lock `name`; set its lease and wait, then
     /// [`acquire`](LockRequest::acquire) it.
     ///
-    /// Any string names a lock. A name with a Redis Cluster hash tag
-    /// (`{tenant:7}:order:42`) keeps it, so locks can share a slot with data.
+    /// Any string names a lock, and every distinct string is a lock of its
+    /// own (`order:42` and `{order:42}` are two). A Redis Cluster hash tag in
+    /// the name (`{tenant:7}:order:42`) decides its slot, so locks can share
+    /// a slot with data.
     pub fn lock(&self, name: impl Into<String>) -> LockRequest {
         LockRequest::new(self.clone(), Kind::Exclusive, vec![name.into()])
     }

@@ -29,6 +29,8 @@ pub(crate) struct Config {
     /// Replicas that must confirm each acquisition and renewal (0: none).
     pub(crate) min_replicas: u32,
     pub(crate) replica_timeout: Duration,
+    /// Connect to servers that may evict keys (see `allow_eviction`).
+    pub(crate) allow_eviction: bool,
 }
 
 impl Default for Config {
@@ -46,6 +48,7 @@ impl Default for Config {
             strict_restart_quarantine: false,
             min_replicas: 0,
             replica_timeout: Duration::from_millis(500),
+            allow_eviction: false,
         }
     }
 }
@@ -211,6 +214,25 @@ impl LockClientBuilder {
     /// write (default 500 ms).
     pub fn replica_timeout(mut self, timeout: Duration) -> Self {
         self.config.replica_timeout = timeout;
+        self
+    }
+
+    /// Connect even to a server that may evict keys (default: refuse).
+    ///
+    /// Lock keys expire after their lease, so under a `maxmemory` limit any
+    /// policy but `noeviction` (`volatile-lru`, `allkeys-lru`, ...) lets
+    /// Redis drop a held lock to make room, and grant it to the next caller
+    /// while its holder works on; the holder only learns of it at its next
+    /// renewal. [`connect`](Self::connect) therefore checks every server's
+    /// `maxmemory` and `maxmemory-policy` and fails with
+    /// [`LockError::Config`] when eviction is possible. Run locks on a
+    /// server with `maxmemory-policy noeviction` (writes then fail with an
+    /// error when memory is full, which the client reports) or without a
+    /// memory limit. Set this only where losing mutual exclusion under
+    /// memory pressure is acceptable; a warning is logged instead. A policy
+    /// changed after the client connected is not noticed.
+    pub fn allow_eviction(mut self, allow: bool) -> Self {
+        self.config.allow_eviction = allow;
         self
     }
 

@@ -8,15 +8,14 @@
 //! sentinels for the master again whenever the one it talks to fails or
 //! turns into a replica.
 
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
 use redis::cluster::ClusterClientBuilder;
 use redis::cluster_async::ClusterConnection;
-use redis::cluster_routing::{
-    MultipleNodeRoutingInfo, Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr,
-};
+use redis::cluster_routing::{MultipleNodeRoutingInfo, RoutingInfo};
 use redis::sentinel::{SentinelClient, SentinelNodeConnectionInfo, SentinelServerType};
 use redis::{
     Cmd, ConnectionInfo, IntoConnectionInfo, Pipeline, ProtocolVersion, RedisError, RedisFuture,
@@ -30,7 +29,7 @@ use crate::memory::MemoryServer;
 /// A command connection to one lock store.
 #[derive(Clone)]
 pub(crate) enum Conn {
-    Manager(ConnectionManager),
+    Manager(Managed),
     Cluster(ClusterConnection),
     Following(Following),
     /// The in-process store of [`LockClient::in_memory`](crate::LockClient::in_memory).
@@ -72,38 +71,34 @@ impl ConnectionLike for Conn {
 }
 
 impl Conn {
-    /// `WAIT replicas timeout` on the master that serves `slot`, after the
-    /// writes this connection made: how many replicas have them.
-    pub(crate) async fn wait_replicas(
-        &mut self,
-        slot: u16,
-        replicas: u32,
-        timeout: Duration,
-    ) -> RedisResult<u32> {
-        let mut wait = redis::cmd("WAIT");
-        wait.arg(replicas).arg(timeout.as_millis() as u64);
+    /// A command on this connection got no answer in time. After a few in a
+    /// row the connection is replaced (where it can be): a connection whose
+    /// packets vanish without a reset (a partition, a moved address) would
+    /// otherwise wait for every command's timeout for minutes, since a
+    /// response timeout does not make redis-rs reconnect. A Cluster
+    /// connection relies on TCP keepalive and the user timeout instead.
+    pub(crate) fn timed_out(&self) {
         match self {
-            // Routed by slot: WAIT names no key, and it must run on the
-            // connection to the master that took the writes.
-            Conn::Cluster(conn) => {
-                let route = Route::new(slot, SlotAddr::Master);
-                let reply = conn
-                    .route_command(
-                        wait,
-                        RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(route)),
-                    )
-                    .await?;
-                Ok(redis::from_redis_value(reply)?)
-            }
-            _ => wait.query_async(self).await,
+            Conn::Manager(conn) => conn.timed_out(),
+            Conn::Following(conn) => conn.timed_out(),
+            Conn::Cluster(_) | Conn::Memory(_) => {}
         }
     }
 
-    /// `INFO server` of every server behind this connection (each master
-    /// and replica of a Cluster), as text.
-    pub(crate) async fn info_server(&mut self) -> RedisResult<Vec<String>> {
+    /// A command on this connection was answered.
+    pub(crate) fn answered(&self) {
+        match self {
+            Conn::Manager(conn) => conn.answered(),
+            Conn::Following(conn) => conn.answered(),
+            Conn::Cluster(_) | Conn::Memory(_) => {}
+        }
+    }
+
+    /// `INFO section` of every server behind this connection (each
+    /// master and replica of a Cluster), as text.
+    pub(crate) async fn info(&mut self, section: &str) -> RedisResult<Vec<String>> {
         let mut info = redis::cmd("INFO");
-        info.arg("server");
+        info.arg(section);
         match self {
             Conn::Cluster(conn) => {
                 let reply = conn
@@ -130,9 +125,127 @@ fn texts(reply: Value) -> Vec<String> {
     }
 }
 
+/// Commands in a row that get no answer before a connection is replaced.
+const TIMEOUTS_BEFORE_RECONNECT: u32 = 2;
+
+/// A [`ConnectionManager`] that is replaced by a fresh one after
+/// [`TIMEOUTS_BEFORE_RECONNECT`] commands in a row went unanswered.
+#[derive(Clone)]
+pub(crate) struct Managed {
+    shared: Arc<ManagedShared>,
+}
+
+struct ManagedShared {
+    client: redis::Client,
+    config: ConnectionManagerConfig,
+    current: RwLock<ConnectionManager>,
+    /// Commands in a row without an answer.
+    timeouts: AtomicU32,
+}
+
+impl Managed {
+    /// Connects now (a first failure is the caller's to report).
+    pub(crate) async fn connect(
+        client: redis::Client,
+        config: ConnectionManagerConfig,
+    ) -> RedisResult<Managed> {
+        let manager = ConnectionManager::new_with_config(client.clone(), config.clone()).await?;
+        Ok(Managed {
+            shared: Arc::new(ManagedShared {
+                client,
+                config,
+                current: RwLock::new(manager),
+                timeouts: AtomicU32::new(0),
+            }),
+        })
+    }
+
+    /// The manager commands go to now.
+    pub(crate) fn manager(&self) -> ConnectionManager {
+        // Only ever replaced whole; a panic cannot leave it torn.
+        self.shared
+            .current
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    fn timed_out(&self) {
+        let shared = &self.shared;
+        if shared.timeouts.fetch_add(1, Ordering::Relaxed) + 1 >= TIMEOUTS_BEFORE_RECONNECT {
+            self.reconnect();
+        }
+    }
+
+    /// Replaces the connection with a fresh one, which connects on its
+    /// first command, so that this never waits.
+    pub(crate) fn reconnect(&self) {
+        let shared = &self.shared;
+        shared.timeouts.store(0, Ordering::Relaxed);
+        match ConnectionManager::new_lazy_with_config(shared.client.clone(), shared.config.clone())
+        {
+            Ok(fresh) => {
+                tracing::warn!(
+                    server = %shared.client.get_connection_info().addr(),
+                    "Redis stopped answering; reconnecting"
+                );
+                *shared.current.write().unwrap_or_else(|e| e.into_inner()) = fresh;
+            }
+            Err(err) => tracing::debug!(error = %err, "replacing an unanswering connection failed"),
+        }
+    }
+
+    fn answered(&self) {
+        self.shared.timeouts.store(0, Ordering::Relaxed);
+    }
+}
+
+impl ConnectionLike for Managed {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+        let mut manager = self.manager();
+        Box::pin(async move { manager.req_packed_command(cmd).await })
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<Value>> {
+        let mut manager = self.manager();
+        Box::pin(async move { manager.req_packed_commands(pipeline, offset, count).await })
+    }
+
+    fn get_db(&self) -> i64 {
+        self.shared
+            .client
+            .get_connection_info()
+            .redis_settings()
+            .db()
+    }
+}
+
+/// TCP settings of every connection: keepalive probes, so that an idle
+/// connection (the subscriber's) whose peer vanished is noticed, and a user
+/// timeout, so that data left unacknowledged ends the connection rather than
+/// waiting for the kernel's retransmissions for many minutes.
+fn tcp_settings() -> redis::io::tcp::TcpSettings {
+    use redis::io::tcp::socket2::TcpKeepalive;
+    let keepalive = TcpKeepalive::new()
+        .with_time(Duration::from_secs(10))
+        .with_interval(Duration::from_secs(5));
+    #[cfg(any(target_os = "linux", target_os = "android", target_os = "fuchsia"))]
+    let keepalive = keepalive.with_retries(3);
+    let settings = redis::io::tcp::TcpSettings::default().set_keepalive(keepalive);
+    #[cfg(any(target_os = "linux", target_os = "android", target_os = "fuchsia"))]
+    let settings = settings.set_user_timeout(Duration::from_secs(30));
+    settings
+}
+
 /// Parses a URL, naming it in the error.
 pub(crate) fn connection_info(url: &str) -> Result<ConnectionInfo, LockError> {
     url.into_connection_info()
+        .map(|info| info.set_tcp_settings(tcp_settings()))
         .map_err(|err| LockError::Config(format!("bad Redis URL `{url}`: {err}")))
 }
 
@@ -184,10 +297,17 @@ pub(crate) fn cluster_builder(
         .iter()
         .map(|url| connection_info(url).map(|info| if resp3_pushes { resp3(info) } else { info }))
         .collect::<Result<Vec<_>, _>>()?;
+    // The command connection does not let redis-rs resend a request: it
+    // would also resend after an I/O error or a response timeout, when a
+    // script may have run already, and run it twice for one request (a
+    // release counted down twice frees a lock an outer scope still holds).
+    // `scripts::retried` resends only what was refused without running.
+    // Subscribing twice does no harm, so the subscriber keeps the retries.
+    let retries = if resp3_pushes { 3 } else { 0 };
     let mut builder = ClusterClientBuilder::new(nodes)
         .connection_timeout(config.connect_timeout)
         .response_timeout(config.command_timeout)
-        .retries(3)
+        .retries(retries)
         .min_retry_wait(20)
         .max_retry_wait(500);
     if resp3_pushes {
@@ -290,6 +410,8 @@ struct FollowingShared {
     /// Held while the sentinels are asked, so that one failure makes one
     /// lookup however many commands failed with it.
     refreshing: tokio::sync::Mutex<()>,
+    /// Commands in a row without an answer.
+    timeouts: AtomicU32,
 }
 
 /// What to do once a [`Following`] connection moved to a new master.
@@ -316,6 +438,7 @@ impl Following {
                 pushes,
                 current: RwLock::new((address, manager)),
                 refreshing: tokio::sync::Mutex::new(()),
+                timeouts: AtomicU32::new(0),
             }),
             db,
         })
@@ -396,6 +519,55 @@ impl Following {
         }
     }
 
+    /// See [`Conn::timed_out`]: after a few commands in a row without an
+    /// answer, asks the sentinels for the master and connects to it afresh,
+    /// even at the same address.
+    fn timed_out(&self) {
+        let shared = &self.shared;
+        if shared.timeouts.fetch_add(1, Ordering::Relaxed) + 1 < TIMEOUTS_BEFORE_RECONNECT {
+            return;
+        }
+        shared.timeouts.store(0, Ordering::Relaxed);
+        let this = self.clone();
+        tokio::spawn(async move { this.reconnect().await });
+    }
+
+    fn answered(&self) {
+        self.shared.timeouts.store(0, Ordering::Relaxed);
+    }
+
+    /// Replaces the connection with a fresh one to the master the
+    /// sentinels report now.
+    pub(crate) async fn reconnect(&self) {
+        let _one_at_a_time = self.shared.refreshing.lock().await;
+        let master = match self
+            .shared
+            .sentinels
+            .master()
+            .await
+            .and_then(|master| with_pushes(master, self.shared.pushes))
+        {
+            Ok(master) => master,
+            Err(err) => {
+                tracing::debug!(error = %err, "asking the sentinels for the master failed");
+                return;
+            }
+        };
+        let address = master.get_connection_info().addr().to_string();
+        match ConnectionManager::new_lazy_with_config(master, self.shared.config.clone()) {
+            Ok(manager) => {
+                tracing::warn!(master = %address, "Redis stopped answering; reconnecting");
+                *self
+                    .shared
+                    .current
+                    .write()
+                    .unwrap_or_else(|e| e.into_inner()) = (address, manager);
+                (self.shared.on_switch)();
+            }
+            Err(err) => tracing::debug!(error = %err, "replacing an unanswering connection failed"),
+        }
+    }
+
     /// After a failed command: follow the master if it moved, and say
     /// whether the command can be sent again (it was refused as READONLY,
     /// so it did not run, and there is a new master to send it to).
@@ -409,10 +581,12 @@ impl Following {
         self.refresh(seen).await && did_not_run
     }
 }
-/// The same master's client, speaking RESP3 when `pushes` is set.
+/// The same master's client, speaking RESP3 (with this crate's TCP
+/// settings: it idles between messages) when `pushes` is set.
 fn with_pushes(master: redis::Client, pushes: bool) -> RedisResult<redis::Client> {
     if pushes {
-        redis::Client::open(resp3(master.get_connection_info().clone()))
+        let info = master.get_connection_info().clone();
+        redis::Client::open(resp3(info.set_tcp_settings(tcp_settings())))
     } else {
         Ok(master)
     }

@@ -268,28 +268,37 @@ impl LockGuard {
     pub async fn release(mut self) -> Result<(), LockError> {
         self.done = true;
         let lost_before = self.is_lost().then(|| self.lost_error());
-        stop_renewing(&self.client, &self.held);
+        let last = stop_renewing(&self.client, &self.held);
         let telemetry = std::mem::take(&mut self.telemetry);
-        end(&self.client, &self.held, lost_before, telemetry).await
+        end(&self.client, &self.held, (lost_before, last), telemetry).await
     }
 }
 
 /// Gives a guard's locks back and says whether they were still held; the
-/// lock's span records the outcome.
+/// lock's span records the outcome. `last`: no other guard of this process
+/// holds them (see [`give_back`]).
 async fn end(
     client: &LockClient,
     held: &[Arc<Held>],
-    lost_before: Option<LockError>,
+    (lost_before, last): (Option<LockError>, bool),
     telemetry: Hold,
 ) -> Result<(), LockError> {
     let outcome = async {
-        let released = give_back(client, held).await?;
+        // The last guard gives back every level: a re-entry whose answer
+        // was lost may have counted one more in Redis than guards here, and
+        // every level at once is safe to send again after a failure that
+        // leaves open whether it ran. Not for a lock lost before: the same
+        // owner may hold it anew.
+        let whole = last && lost_before.is_none();
+        let released = give_back(client, held, whole).await;
+        // A lock lost before is reported as lost, whether or not Redis
+        // could be told of the release.
         if let Some(lost) = lost_before {
             return Err(lost);
         }
         match held
             .iter()
-            .zip(released)
+            .zip(released?)
             .find(|(_, r)| *r == Released::NotHeld)
         {
             Some((held, _)) => Err(LockError::Lost {
@@ -305,15 +314,22 @@ async fn end(
     outcome
 }
 
-/// Takes a guard's locks out of the watchdog's care.
-fn stop_renewing(client: &LockClient, held: &[Arc<Held>]) {
+/// Takes a guard's locks out of the watchdog's care; true when no other
+/// guard holds any of them.
+fn stop_renewing(client: &LockClient, held: &[Arc<Held>]) -> bool {
+    let mut last = true;
     for held in held {
-        client.inner.registry.unhold(held);
+        last &= client.inner.registry.unhold(held);
     }
+    last
 }
 
-/// Gives each lock back one level.
-async fn give_back(client: &LockClient, held: &[Arc<Held>]) -> Result<Vec<Released>, LockError> {
+/// Gives each lock back one level, or every level when `whole`.
+async fn give_back(
+    client: &LockClient,
+    held: &[Arc<Held>],
+    whole: bool,
+) -> Result<Vec<Released>, LockError> {
     let inner = &client.inner;
     let keys: Vec<LockKeys> = held.iter().map(|held| held.keys.clone()).collect();
     let label = held
@@ -323,7 +339,7 @@ async fn give_back(client: &LockClient, held: &[Arc<Held>]) -> Result<Vec<Releas
         .join(" + ");
     let owner = &held[0].owner;
     let released = match &held[0].stored {
-        Stored::Hash => inner.backend.release(&label, &keys, owner, false).await?,
+        Stored::Hash => inner.backend.release(&label, &keys, owner, whole).await?,
         Stored::Place {
             set,
             holders,
@@ -337,7 +353,7 @@ async fn give_back(client: &LockClient, held: &[Arc<Held>]) -> Result<Vec<Releas
                     (set, holders),
                     (&keys[0].channel, queue.as_deref()),
                     owner,
-                    false,
+                    whole,
                 )
                 .await?,
         ],
@@ -351,7 +367,7 @@ impl Drop for LockGuard {
         if self.done {
             return;
         }
-        stop_renewing(&self.client, &self.held);
+        let last = stop_renewing(&self.client, &self.held);
         let lost_before = self.is_lost().then(|| self.lost_error());
         let telemetry = std::mem::take(&mut self.telemetry);
         // Never block in drop: release on the runtime if there is one,
@@ -368,7 +384,7 @@ impl Drop for LockGuard {
         let held = std::mem::take(&mut self.held);
         runtime.spawn(async move {
             // A loss was logged when it was found; only a failed release is news.
-            match end(&client, &held, lost_before, telemetry).await {
+            match end(&client, &held, (lost_before, last), telemetry).await {
                 Err(err) if !err.is_lost() => {
                     tracing::warn!(key = %held[0].name, error = %err, "release on drop failed; lock expires after its lease");
                 }

@@ -18,9 +18,34 @@
 //!   and, for at most a restart quarantine after a counter was created on a
 //!   server that had just started, `lock:fence:{T}:born` (see prelude.lua).
 //!
-//! Names that already carry a hash tag (`{tenant:7}:order:42`) keep it, so a
-//! user can co-locate locks with their data; names without one are wrapped in
-//! braces so that the lock and its channel always share a slot.
+//! # Names with braces
+//!
+//! Every distinct string is a lock of its own, and a Redis Cluster hash tag
+//! in the name (the text between its first `{` and the first `}` after it,
+//! when not empty) decides the slot, so that a user can co-locate locks with
+//! their data. Let `ENC` escape `%` as `%25`, `{` as `%7B` and `}` as `%7D`
+//! (and nothing else, so that it leaves ordinary names as they are). Then the
+//! lock key of a name is:
+//!
+//! * without a hash tag, `PREFIX{` + `ENC(name)` + `}`: `order:42` is
+//!   `lock:{order:42}`, `{}x` is `lock:{%7B%7Dx}`, `}x` is `lock:{%7Dx}`;
+//!   the empty name, which no request takes, is `lock:{%}`;
+//! * with the hash tag `tag`, name = `pre{tag}post`: `PREFIX{` + `tag` +
+//!   `}` + `ENC(pre)` + `{` + `ENC(post)` + `}`, the tag unescaped so that
+//!   the slot is the one the user chose: `{tenant:7}:order:42` is
+//!   `lock:{tenant:7}{:order:42}`, `a{t}b` is `lock:{t}a{b}`.
+//!
+//! No two names, and no lock and another's companion key or counter, share
+//! a key: `ENC` is injective and its output has no braces, so a key without
+//! a tag has exactly one `}` (where it ends) and a key with one exactly two
+//! (the second where it ends); the suffixes of the companion keys and the
+//! channel have no braces, so the last `}` of any key marks where its lock
+//! key ends and what follows names the companion; and fencing counters start
+//! with `PREFIXfence:`, where lock keys start with `PREFIX{` (a prefix has no
+//! braces: the builder refuses it). Every key of a lock starts with the same
+//! `PREFIX{...}`, a non-empty hash tag, so they all share one slot, which is
+//! the slot of `ENC(name)` (of `name` itself for an ordinary name) or of `tag`.
+//! [`lock_name`] reads a lock key back into its name.
 //!
 //! # Why fencing counters are per slot
 //!
@@ -61,11 +86,7 @@ pub(crate) struct LockKeys {
 impl LockKeys {
     /// The keys for the lock `name` under `prefix`.
     pub(crate) fn new(prefix: &str, name: &str) -> LockKeys {
-        let lock = if hash_tag(name).is_some() {
-            format!("{prefix}{name}")
-        } else {
-            format!("{prefix}{{{name}}}")
-        };
+        let lock = lock_key(prefix, name);
         let tag = slot_tag(slot(&lock));
         LockKeys {
             channel: format!("{lock}:released"),
@@ -74,6 +95,18 @@ impl LockKeys {
         }
     }
 }
+
+/// The suffixes [`LockKeys`] appends to the lock key for its companion keys
+/// (the channel aside), longest first where one ends another.
+pub(crate) const COMPANIONS: [&str; 7] = [
+    ":readers:holders",
+    ":readers-waiting",
+    ":writer-waiting",
+    ":queue:alive",
+    ":holders",
+    ":readers",
+    ":queue",
+];
 
 impl LockKeys {
     /// A semaphore's companion hash: each holder's re-entry count and token.
@@ -112,12 +145,98 @@ impl LockKeys {
     }
 }
 
+/// The lock key of the lock `name` under `prefix` (see the module docs).
+fn lock_key(prefix: &str, name: &str) -> String {
+    let mut key = String::with_capacity(prefix.len() + name.len() + 4);
+    key.push_str(prefix);
+    key.push('{');
+    match split_tag(name) {
+        Some((pre, tag, post)) => {
+            key.push_str(tag);
+            key.push('}');
+            escape(pre, &mut key);
+            key.push('{');
+            escape(post, &mut key);
+        }
+        // A lone `%`, which `escape` never writes: the empty name needs a
+        // non-empty hash tag too, or its companions would hash elsewhere.
+        None if name.is_empty() => key.push('%'),
+        None => escape(name, &mut key),
+    }
+    key.push('}');
+    key
+}
+
+/// The name of the lock whose lock key is `key` under `prefix`: the inverse
+/// of [`LockKeys::new`]'s `lock`. `None` when `key` is no lock key (a
+/// companion key, a fencing counter, someone else's key under the prefix).
+pub(crate) fn lock_name(prefix: &str, key: &str) -> Option<String> {
+    let rest = key.strip_prefix(prefix)?.strip_prefix('{')?;
+    let (first, rest) = rest.split_once('}')?;
+    let name = if rest.is_empty() {
+        if first == "%" {
+            String::new()
+        } else {
+            unescape(first)?
+        }
+    } else {
+        let (pre, post) = rest.strip_suffix('}')?.split_once('{')?;
+        format!("{}{{{first}}}{}", unescape(pre)?, unescape(post)?)
+    };
+    // Every key that decodes is checked against the name's own key, so
+    // that keys no name maps to (`lock:{%7b}`, `lock:{t}%7B{}`) are refused.
+    (lock_key(prefix, &name) == key).then_some(name)
+}
+
+/// `name` split around its hash tag: `(pre, tag, post)` for `pre{tag}post`.
+fn split_tag(name: &str) -> Option<(&str, &str, &str)> {
+    let (open, close) = tag_braces(name)?;
+    Some((&name[..open], &name[open + 1..close], &name[close + 1..]))
+}
+
+/// Appends `text` to `out` with `%`, `{` and `}` percent-escaped.
+fn escape(text: &str, out: &mut String) {
+    for c in text.chars() {
+        match c {
+            '%' => out.push_str("%25"),
+            '{' => out.push_str("%7B"),
+            '}' => out.push_str("%7D"),
+            c => out.push(c),
+        }
+    }
+}
+
+/// The inverse of [`escape`]: `None` for text it never writes (a brace, a
+/// `%` that starts none of its three escapes).
+fn unescape(text: &str) -> Option<String> {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(at) = rest.find(['%', '{', '}']) {
+        out.push_str(&rest[..at]);
+        let escaped = rest[at..].get(..3)?;
+        out.push(match escaped {
+            "%25" => '%',
+            "%7B" => '{',
+            "%7D" => '}',
+            _ => return None,
+        });
+        rest = &rest[at + 3..];
+    }
+    out.push_str(rest);
+    Some(out)
+}
+
 /// The part of `key` Redis Cluster hashes: the text between the first `{` and
 /// the first `}` after it, when that text is not empty.
 fn hash_tag(key: &str) -> Option<&str> {
+    tag_braces(key).map(|(open, close)| &key[open + 1..close])
+}
+
+/// Where the braces of `key`'s hash tag are, when it has one.
+fn tag_braces(key: &str) -> Option<(usize, usize)> {
     let open = key.find('{')?;
-    let close = key[open + 1..].find('}')?;
-    (close > 0).then(|| &key[open + 1..open + 1 + close])
+    let close = open + 1 + key[open + 1..].find('}')?;
+    (close > open + 1).then_some((open, close))
 }
 
 /// The Redis Cluster hash slot of `key`.
@@ -174,12 +293,201 @@ mod tests {
     }
 
     #[test]
-    fn names_with_a_hash_tag_keep_it() {
+    fn a_hash_tag_in_the_name_decides_the_slot() {
         let keys = LockKeys::new("lock:", "{tenant:7}:order:42");
-        assert_eq!(keys.lock, "lock:{tenant:7}:order:42");
+        assert_eq!(keys.lock, "lock:{tenant:7}{:order:42}");
         assert_eq!(slot(&keys.lock), slot("tenant:7"));
+        assert_eq!(slot(&keys.lock), slot("{tenant:7}:order:42"));
         assert_eq!(slot(&keys.channel), slot(&keys.lock));
         assert_eq!(slot(&keys.fence), slot(&keys.lock));
+        for name in TRICKY.iter().copied().filter(|n| hash_tag(n).is_some()) {
+            let lock = LockKeys::new("lock:", name).lock;
+            assert_eq!(hash_tag(&lock), hash_tag(name), "{name} as {lock}");
+        }
+    }
+
+    /// Names that alias, split across slots or escape wrongly in a naive layout.
+    const TRICKY: [&str; 27] = [
+        "x",
+        "{x}",
+        "}x",
+        "{}x",
+        "a{b",
+        "{{x}",
+        "{x}:holders",
+        "x:holders",
+        "{x}:queue",
+        "%7Bx%7D",
+        "%7Bx%7D:holders",
+        "%7B",
+        "%",
+        "50%",
+        "%%",
+        "}",
+        "{",
+        "{}",
+        "}{",
+        "ünïcødé:🔒",
+        "{ünï}cødé",
+        "{tenant:7}:order:1",
+        "{tenant:7}:order:2",
+        "tenant:7",
+        "a{t}b",
+        "fence:{0}",
+        "",
+    ];
+
+    #[test]
+    fn tricky_names_map_to_these_keys() {
+        for (name, key) in [
+            ("order:42", "lock:{order:42}"),
+            ("x", "lock:{x}"),
+            ("{x}", "lock:{x}{}"),
+            ("}x", "lock:{%7Dx}"),
+            ("{}x", "lock:{%7B%7Dx}"),
+            ("a{b", "lock:{a%7Bb}"),
+            ("{{x}", "lock:{{x}{}"),
+            ("{x}:holders", "lock:{x}{:holders}"),
+            ("%7Bx%7D", "lock:{%257Bx%257D}"),
+            ("50%", "lock:{50%25}"),
+            ("{tenant:7}:order:1", "lock:{tenant:7}{:order:1}"),
+            ("a{t}b", "lock:{t}a{b}"),
+            ("}a{t}{b}", "lock:{t}%7Da{%7Bb%7D}"),
+            ("", "lock:{%}"),
+        ] {
+            assert_eq!(LockKeys::new("lock:", name).lock, key, "{name}");
+        }
+    }
+
+    #[test]
+    fn lock_keys_read_back_as_their_names() {
+        for prefix in ["lock:", "", "p%:"] {
+            for name in TRICKY {
+                let keys = LockKeys::new(prefix, name);
+                assert_eq!(
+                    lock_name(prefix, &keys.lock).as_deref(),
+                    Some(name),
+                    "{prefix}{name} as {}",
+                    keys.lock
+                );
+            }
+        }
+        assert_eq!(unescape("%25%7B%7D").as_deref(), Some("%{}"));
+        for name in TRICKY {
+            let mut escaped = String::new();
+            escape(name, &mut escaped);
+            assert!(!escaped.contains(['{', '}']), "{escaped}");
+            assert_eq!(unescape(&escaped).as_deref(), Some(name));
+        }
+    }
+
+    #[test]
+    fn other_keys_read_back_as_no_name() {
+        let keys = LockKeys::new("lock:", "{x}:holders");
+        for key in [
+            keys.holders(),
+            keys.queue_alive(),
+            keys.channel.clone(),
+            keys.fence.clone(),
+            format!("{}:born", keys.fence),
+            LockKeys::new("lock:", "x").holders(),
+            "lock:order:42".into(),
+            "other:{x}".into(),
+            "lock:{x}y".into(),
+            "lock:{}".into(),
+            "lock:{%7b}".into(),
+            "lock:{%7}".into(),
+            "lock:{x{}".into(),
+            "lock:{t}%7B{}".into(),
+            "lock:{t}a{b}c".into(),
+            "lock:{t}a{b}{c}".into(),
+        ] {
+            assert_eq!(lock_name("lock:", &key), None, "{key}");
+        }
+    }
+
+    /// Every key and the channel of the lock `name`.
+    fn all_keys(keys: &LockKeys) -> Vec<String> {
+        let mut all: Vec<String> = COMPANIONS
+            .iter()
+            .map(|suffix| format!("{}{suffix}", keys.lock))
+            .collect();
+        all.extend([keys.lock.clone(), keys.channel.clone()]);
+        all
+    }
+
+    #[test]
+    fn companions_are_the_lock_key_and_a_suffix_without_braces() {
+        let keys = LockKeys::new("lock:", "{x}:y");
+        let mut made = vec![
+            keys.holders(),
+            keys.readers(),
+            keys.readers_holders(),
+            keys.readers_waiting(),
+            keys.writer_waiting(),
+            keys.queue(),
+            keys.queue_alive(),
+        ];
+        let mut listed: Vec<String> = COMPANIONS
+            .iter()
+            .map(|suffix| format!("{}{suffix}", keys.lock))
+            .collect();
+        made.sort();
+        listed.sort();
+        assert_eq!(made, listed);
+        assert!(keys.channel.ends_with(":released"));
+        for suffix in COMPANIONS.iter().chain([&":released"]) {
+            assert!(!suffix.contains(['{', '}']), "{suffix}");
+        }
+    }
+
+    /// Every string of up to `len` characters from `alphabet`.
+    fn every_string(alphabet: &[char], len: usize) -> Vec<String> {
+        let mut all = vec![String::new()];
+        let mut last = vec![String::new()];
+        for _ in 0..len {
+            last = last
+                .iter()
+                .flat_map(|s| alphabet.iter().map(move |c| format!("{s}{c}")))
+                .collect();
+            all.extend(last.iter().cloned());
+        }
+        all
+    }
+
+    #[test]
+    fn no_two_names_share_a_key_and_each_lock_is_in_one_slot() {
+        // Exhaustive over short strings of braces and escape look-alikes,
+        // plus the tricky names.
+        let mut names = every_string(&['{', '}', '%', '7', 'B', 'a', ':'], 5);
+        names.extend(TRICKY.iter().map(|n| n.to_string()));
+        names.sort();
+        names.dedup();
+        let mut owner: std::collections::HashMap<String, &str> = Default::default();
+        let mut fences = std::collections::HashSet::new();
+        for name in &names {
+            let keys = LockKeys::new("lock:", name);
+            let lock_slot = slot(&keys.lock);
+            for key in all_keys(&keys) {
+                assert_eq!(slot(&key), lock_slot, "{key} of {name:?}");
+                if let Some(other) = owner.insert(key.clone(), name) {
+                    panic!("{key} belongs to both {other:?} and {name:?}");
+                }
+            }
+            assert_eq!(slot(&keys.fence), lock_slot, "fence of {name:?}");
+            if let Some(tag) = hash_tag(name) {
+                assert_eq!(lock_slot, slot(tag), "{name:?}");
+            }
+            assert_eq!(
+                lock_name("lock:", &keys.lock).as_deref(),
+                Some(name.as_str())
+            );
+            fences.insert(keys.fence.clone());
+            fences.insert(format!("{}:born", keys.fence));
+        }
+        for fence in &fences {
+            assert!(!owner.contains_key(fence), "{fence} is a lock's key");
+        }
     }
 
     #[test]

@@ -172,29 +172,61 @@ impl LockRequest {
             .iter()
             .map(|name| LockKeys::new(&inner.config.prefix, name))
             .collect();
-        let scoped = scope::owner_for(inner.id);
+        // Re-entry only for locks an enclosing critical section holds: a lock
+        // first taken here gets an owner of its own, so that calls joined
+        // inside a critical section exclude each other (see scope.rs).
+        let scoped = match scope::taker(inner.id, &self.names) {
+            scope::Taker::Fresh => None,
+            scope::Taker::Reentry(owner) => Some(owner),
+            scope::Taker::Mixed => {
+                return Err(LockError::Config(format!(
+                    "`{}`: this task holds some of these locks in enclosing critical \
+                     sections but not all of them under one owner; take the held ones \
+                     and the others in separate requests",
+                    self.label
+                )));
+            }
+        };
         let mut owner = scoped.clone().unwrap_or_else(|| self.client.new_owner());
         let started = Instant::now();
         let deadline = started + self.wait;
+        // A writer or reader that waits may mark its turn; if it stops
+        // waiting without the lock, it takes the mark back.
+        let mut marked = (!self.wait.is_zero()
+            && matches!(self.kind, Kind::Exclusive | Kind::Read))
+        .then(|| Marked {
+            request: &self,
+            keys: &keys,
+            owner: owner.clone(),
+            waiting: true,
+        });
 
         // Tasks of this process already waiting for the lock go first: a
         // newcomer (often the task that just released it) that tried at once
         // would take it from under the waiter the release is waking, which
         // then starts over at the back. So the newcomer queues behind them
-        // without trying, and is woken in turn.
+        // without trying, and is woken in turn. A task re-entering a lock it
+        // holds goes straight in: the waiters wait for it.
         let behind = !self.wait.is_zero()
+            && scoped.is_none()
             && self.kind == Kind::Exclusive
             && keys.len() == 1
             && inner.wakeups.has_live_waiters(&keys[0].channel);
         if !behind {
             match self.attempt(&keys, &owner, deadline, span).await {
-                Ok(Ok(guard)) => return Ok(guard),
+                Ok(Ok(guard)) => {
+                    Marked::taken(&mut marked);
+                    return Ok(guard);
+                }
                 Ok(Err(_)) if self.wait.is_zero() => return Err(self.timeout(started)),
                 Ok(Err(_)) => {}
                 Err(err) if self.wait.is_zero() || !err.is_unavailable() || scoped.is_some() => {
                     return Err(err);
                 }
-                Err(_) => owner = self.abandon(&keys, owner),
+                Err(_) => {
+                    owner = self.abandon(&keys, owner);
+                    Marked::new_owner(&mut marked, &owner);
+                }
             }
         }
 
@@ -244,6 +276,7 @@ impl LockRequest {
                     if let Some(in_line) = &mut in_line {
                         in_line.waiting = false;
                     }
+                    Marked::taken(&mut marked);
                     watch.acquired();
                     return Ok(guard);
                 }
@@ -258,6 +291,7 @@ impl LockRequest {
                 Err(err) if err.is_unavailable() && scoped.is_none() && in_line.is_none() => {
                     tracing::debug!(error = %err, "acquire failed; retrying");
                     owner = self.abandon(&keys, owner);
+                    Marked::new_owner(&mut marked, &owner);
                     last_error = Some(err);
                     backoff = (backoff * 2).min(Duration::from_millis(500));
                     now + backoff
@@ -295,7 +329,13 @@ impl LockRequest {
         let replicas = inner.config.replicas(self.replicas);
         let times = Times {
             lease: self.lease,
-            waiting: deadline.saturating_duration_since(sent),
+            // A mark outlives a waiter that died by a lease at most (and no
+            // more than a fair waiter's place in line); a live waiter tries
+            // again well before it lapses (the scripts see to that).
+            mark: deadline
+                .saturating_duration_since(sent)
+                .min(self.lease)
+                .min(FAIR_STAY),
             drift: inner.config.drift_for(self.lease),
         };
         let (outcome, stored) = match self.kind {
@@ -406,6 +446,57 @@ impl LockRequest {
             key: self.label.clone(),
             waited: started.elapsed(),
         }
+    }
+}
+
+/// The turn-taking marks a waiting writer or reader may have set (a writer
+/// waiting for readers holds new readers back; waiting readers hold back a
+/// writer that just let go), taken back if it stops waiting without the lock
+/// (timeout, error, or the caller dropping the future), so that the other
+/// side is not held back for a turn nobody takes. A waiter that dies leaves
+/// marks that lapse within `FAIR_STAY` (and its lease).
+struct Marked<'a> {
+    request: &'a LockRequest,
+    keys: &'a [LockKeys],
+    owner: Arc<str>,
+    waiting: bool,
+}
+
+impl Marked<'_> {
+    /// The lock was taken: the acquisition took the marks back itself.
+    fn taken(marked: &mut Option<Self>) {
+        if let Some(marked) = marked {
+            marked.waiting = false;
+        }
+    }
+
+    /// Attempts go on under a new owner id: the old one's marks lapse.
+    fn new_owner(marked: &mut Option<Self>, owner: &Arc<str>) {
+        if let Some(marked) = marked {
+            marked.owner = owner.clone();
+        }
+    }
+}
+
+impl Drop for Marked<'_> {
+    fn drop(&mut self) {
+        if !self.waiting {
+            return;
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return; // the marks lapse by themselves
+        };
+        let backend = self.request.client.inner.backend.clone();
+        let (label, keys, owner) = (
+            self.request.label.clone(),
+            self.keys.to_vec(),
+            self.owner.clone(),
+        );
+        runtime.spawn(async move {
+            if let Err(err) = backend.leave_turns(&label, &keys, &owner).await {
+                tracing::debug!(key = %label, error = %err, "taking back a waiting mark failed; it lapses");
+            }
+        });
     }
 }
 

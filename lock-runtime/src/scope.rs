@@ -6,14 +6,17 @@
 //! `#[distributed_lock]` function) that records, in a task-local, the owner
 //! id it holds locks under: the client's uuid plus a scope number.
 //!
-//! Any lock taken through the same client inside that scope uses the same
-//! owner id, so taking a lock the scope already holds re-enters it instead of
-//! waiting for itself. A task spawned from inside the scope does not inherit
-//! task-locals: it is a different owner and waits like anyone else. Outside
-//! any scope, each acquisition is its own owner.
+//! Taking a lock that an enclosing scope (of the same client) already holds
+//! uses that scope's owner id, so it re-enters the lock instead of waiting
+//! for itself. Every other acquisition, inside a scope or not, gets an owner
+//! id of its own: two calls joined or polled together inside a critical
+//! section, each taking a lock the section does not hold, exclude each
+//! other as two tasks would. A task spawned from inside the scope does not
+//! inherit task-locals: it is a different owner and waits like anyone else.
 //!
-//! Futures joined *inside* one critical section share its ownership, as
-//! statements inside it do: they are all part of the holder's work.
+//! Futures joined *inside* the critical section of a lock share that lock,
+//! as statements inside it do: taking it again re-enters it, since they are
+//! all part of the holder's work.
 
 use std::sync::Arc;
 
@@ -44,14 +47,38 @@ pub(crate) fn innermost() -> Option<Arc<Scope>> {
     SCOPE.try_with(Arc::clone).ok()
 }
 
-/// The owner id the current task holds `client`'s locks under, if it is
-/// inside a scope of that client.
-pub(crate) fn owner_for(client: Uuid) -> Option<Arc<str>> {
-    let innermost = innermost()?;
-    innermost
-        .ancestors()
-        .find(|scope| scope.client == client)
-        .map(|scope| scope.owner.clone())
+/// Which owner takes the locks `names` of `client` in the current task.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Taker {
+    /// No enclosing scope holds any of them: a new owner of its own.
+    Fresh,
+    /// One enclosing scope holds all of them: its owner re-enters them.
+    Reentry(Arc<str>),
+    /// Enclosing scopes hold some of them, or hold them under different
+    /// owners: one request cannot both re-enter and take fresh.
+    Mixed,
+}
+
+/// Who takes `client`'s locks `names` here: the owner of the enclosing
+/// scope that holds them (re-entry), or a new owner when none does.
+pub(crate) fn taker(client: Uuid, names: &[String]) -> Taker {
+    let Some(innermost) = innermost() else {
+        return Taker::Fresh;
+    };
+    let holder = |name: &String| {
+        innermost
+            .ancestors()
+            .find(|scope| scope.client == client && scope.locks.iter().any(|l| &l.key == name))
+            .map(|scope| scope.owner.clone())
+    };
+    let mut owners = names.iter().map(holder);
+    let Some(first) = owners.next() else {
+        return Taker::Fresh;
+    };
+    if owners.any(|owner| owner != first) {
+        return Taker::Mixed;
+    }
+    first.map_or(Taker::Fresh, Taker::Reentry)
 }
 
 /// Runs `fut` inside a new scope for a held lock.

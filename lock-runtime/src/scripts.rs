@@ -8,7 +8,7 @@
 use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
-use redis::{FromRedisValue, Script, ScriptInvocation};
+use redis::{ErrorKind, FromRedisValue, Script, ScriptInvocation, ServerErrorKind};
 
 use crate::connection::Conn;
 use crate::error::LockError;
@@ -54,6 +54,7 @@ static PLACE_RELEASE: LazyLock<ScriptPair> = script!("place_release.lua");
 static FAIR_ACQUIRE: LazyLock<ScriptPair> = script!("fair_acquire.lua");
 static FAIR_LEAVE: LazyLock<ScriptPair> = script!("fair_leave.lua");
 static FENCE_RAISE: LazyLock<ScriptPair> = script!("fence_raise.lua");
+static TURN_LEAVE: LazyLock<ScriptPair> = script!("turn_leave.lua");
 
 /// How a held item is stored, which decides how it is renewed.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -180,13 +181,14 @@ impl Node {
     }
 
     /// Takes every lock in `keys` or none; `name` names them in errors. A
-    /// caller that waits for readers holds new readers back for `waiting`.
+    /// caller that waits for readers holds new readers back with a mark
+    /// that lasts `mark` unless it tries again.
     pub(crate) async fn acquire(
         &self,
         name: &str,
         keys: &[LockKeys],
         owner: &str,
-        (lease, waiting): (Duration, Duration),
+        (lease, mark): (Duration, Duration),
         replicas: Option<Replicas>,
     ) -> Result<Acquired, LockError> {
         let mut call = ACQUIRE.get(self.sharded).prepare_invoke();
@@ -207,10 +209,10 @@ impl Node {
         }
         call.arg(owner)
             .arg(millis(lease))
-            .arg(waiting.as_millis() as u64);
+            .arg(mark.as_millis() as u64);
         self.quarantine_args(&mut call);
         let acquired = self.acquire_with(name, keys.len(), &call, replicas).await?;
-        self.replicated_or_undo(name, &keys[0].lock, acquired, replicas, async || {
+        self.replicated_or_undo(name, acquired, replicas, async || {
             self.release(name, keys, owner, false).await.map(drop)
         })
         .await
@@ -235,7 +237,7 @@ impl Node {
             .arg(permits);
         self.quarantine_args(&mut call);
         let acquired = self.acquire_with(name, 1, &call, replicas).await?;
-        self.replicated_or_undo(name, &keys.lock, acquired, replicas, async || {
+        self.replicated_or_undo(name, acquired, replicas, async || {
             self.release_place(
                 name,
                 (&keys.lock, &keys.holders()),
@@ -250,13 +252,14 @@ impl Node {
     }
 
     /// Takes or re-enters the read side of a read-write lock; a caller
-    /// that has to wait claims the next turn for readers for `waiting`.
+    /// that has to wait claims the next turn for readers with a mark that
+    /// lasts `mark` unless it tries again.
     pub(crate) async fn acquire_read(
         &self,
         name: &str,
         keys: &LockKeys,
         owner: &str,
-        (lease, waiting): (Duration, Duration),
+        (lease, mark): (Duration, Duration),
         replicas: Option<Replicas>,
     ) -> Result<Acquired, LockError> {
         let mut call = READ_ACQUIRE.get(self.sharded).prepare_invoke();
@@ -268,10 +271,10 @@ impl Node {
             .key(keys.readers_waiting())
             .arg(owner)
             .arg(millis(lease))
-            .arg(waiting.as_millis() as u64);
+            .arg(mark.as_millis() as u64);
         self.quarantine_args(&mut call);
         let acquired = self.acquire_with(name, 1, &call, replicas).await?;
-        self.replicated_or_undo(name, &keys.lock, acquired, replicas, async || {
+        self.replicated_or_undo(name, acquired, replicas, async || {
             self.release_place(
                 name,
                 (&keys.readers(), &keys.readers_holders()),
@@ -311,7 +314,7 @@ impl Node {
             .arg(if enqueue { "1" } else { "0" });
         self.quarantine_args(&mut call);
         let acquired = self.acquire_with(name, 1, &call, replicas).await?;
-        self.replicated_or_undo(name, &keys.lock, acquired, replicas, async || {
+        self.replicated_or_undo(name, acquired, replicas, async || {
             self.release(name, std::slice::from_ref(keys), owner, false)
                 .await
                 .map(drop)
@@ -319,22 +322,27 @@ impl Node {
         .await
     }
 
-    /// Runs an acquire script, on the replicated connection when replicas
-    /// must confirm it, and reads its reply for `locks` locks.
+    /// Runs an acquire script and reads its reply for `locks` locks; when
+    /// replicas must confirm it, with the number of replicas that did.
     async fn acquire_with(
         &self,
         name: &str,
         locks: usize,
         call: &ScriptInvocation<'_>,
         replicas: Option<Replicas>,
-    ) -> Result<Acquired, LockError> {
-        let conn = if replicas.is_some() {
-            &self.replicated
-        } else {
-            &self.conn
+    ) -> Result<(Acquired, u32), LockError> {
+        let (reply, acked): (Vec<i64>, u32) = match replicas {
+            Some(replicas) => {
+                self.run_replicated(Some(name), call, (replicas, false))
+                    .await?
+            }
+            None => (
+                self.run(&self.conn, Some(name), call, (self.timeout, false))
+                    .await?,
+                0,
+            ),
         };
-        let reply: Vec<i64> = self.run(conn, Some(name), call, self.timeout).await?;
-        acquired(name, locks, &reply)
+        Ok((acquired(name, locks, &reply)?, acked))
     }
 
     /// With `replicas` set, a lock just taken counts only once that many
@@ -343,15 +351,14 @@ impl Node {
     async fn replicated_or_undo(
         &self,
         name: &str,
-        first_key: &str,
-        acquired: Acquired,
+        (acquired, acked): (Acquired, u32),
         replicas: Option<Replicas>,
         undo: impl AsyncFnOnce() -> Result<(), LockError>,
     ) -> Result<Acquired, LockError> {
         let (Some(replicas), Acquired::Held(_)) = (replicas, &acquired) else {
             return Ok(acquired);
         };
-        match self.wait_replicas(Some(name), first_key, replicas).await {
+        match replicated(Some(name), replicas, acked) {
             Ok(()) => Ok(acquired),
             Err(err) => {
                 if let Err(undo_err) = undo().await {
@@ -362,33 +369,54 @@ impl Node {
         }
     }
 
-    /// Waits until `replicas.count` replicas have every write made on the
-    /// replicated connection so far (WAIT on the master of `key`'s slot).
-    async fn wait_replicas(
+    /// Runs a script followed by `WAIT` in one pipeline, on the connection
+    /// kept for replicated writes: the script's reply and how many
+    /// replicas have its writes.
+    ///
+    /// One pipeline, so that both go out on one connection. `WAIT` counts
+    /// the replicas that have the writes of the connection it runs on: sent
+    /// after the script on a connection that had been replaced in between,
+    /// it would confirm a grant that no replica has. (It also blocks the
+    /// connection it runs on until the replicas answer, which is why it
+    /// does not run on the main connection, where it would hold up every
+    /// renewal behind it.)
+    async fn run_replicated<T: FromRedisValue>(
         &self,
         name: Option<&str>,
-        key: &str,
-        replicas: Replicas,
-    ) -> Result<(), LockError> {
-        let mut conn = self.replicated.clone();
-        let wait = conn.wait_replicas(crate::keys::slot(key), replicas.count, replicas.timeout);
-        let acked = match tokio::time::timeout(replicas.timeout + self.timeout, wait).await {
-            Ok(Ok(acked)) => acked,
-            Ok(Err(err)) => return Err(LockError::from_redis(name, err)),
-            Err(_) => 0,
+        call: &ScriptInvocation<'_>,
+        (replicas, idempotent): (Replicas, bool),
+    ) -> Result<(T, u32), LockError> {
+        let mut pipe = redis::pipe();
+        pipe.invoke_script(call)
+            .cmd("WAIT")
+            .arg(replicas.count)
+            .arg(replicas.timeout.as_millis() as u64);
+        let conn = &self.replicated;
+        let pipe = &pipe;
+        let query = || {
+            let mut conn = conn.clone();
+            async move {
+                match pipe.query_async(&mut conn).await {
+                    // A restarted server has forgotten the script: load it,
+                    // and run the pipeline again (the script did not run).
+                    Err(err) if err.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
+                        call.load_async(&mut conn).await?;
+                        pipe.query_async(&mut conn).await
+                    }
+                    other => other,
+                }
+            }
         };
-        if acked >= replicas.count {
-            Ok(())
-        } else {
-            Err(LockError::NotReplicated {
-                key: name.map(str::to_owned),
-                wanted: replicas.count,
-                acked,
-                after: replicas.timeout,
-            })
-        }
+        noted(
+            conn,
+            within(
+                self.timeout + replicas.timeout,
+                name,
+                retried(conn, idempotent, query),
+            )
+            .await,
+        )
     }
-
     /// Takes a fair waiter out of line.
     pub(crate) async fn leave_line(
         &self,
@@ -402,7 +430,7 @@ impl Node {
             .key(&keys.lock)
             .key(&keys.channel)
             .arg(owner);
-        self.run::<i64>(&self.conn, Some(name), &call, self.timeout)
+        self.run::<i64>(&self.conn, Some(name), &call, (self.timeout, true))
             .await?;
         Ok(())
     }
@@ -421,11 +449,14 @@ impl Node {
         let mut call = PLACE_RELEASE.get(self.sharded).prepare_invoke();
         call.key(set).key(holders).key(channel);
         if let Some(queue) = queue {
-            call.key(queue);
+            // The fair waiters' liveness beside their queue (keys.rs).
+            call.key(queue).key(format!("{queue}:alive"));
         }
         call.arg(owner).arg(if all { "1" } else { "0" });
+        // Every level at once is safe to run twice (the second run finds
+        // nothing held); one level down of several is not.
         let left: Vec<i64> = self
-            .run(&self.conn, Some(name), &call, self.timeout)
+            .run(&self.conn, Some(name), &call, (self.timeout, all))
             .await?;
         match left.as_slice() {
             [left] => Ok(released(*left)),
@@ -452,9 +483,14 @@ impl Node {
         for lock in keys {
             call.key(lock.queue());
         }
+        for lock in keys {
+            call.key(lock.queue_alive());
+        }
         call.arg(owner).arg(if all { "1" } else { "0" });
+        // Every level at once is safe to run twice (the second run finds
+        // nothing held); one level down of several is not.
         let left: Vec<i64> = self
-            .run(&self.conn, Some(name), &call, self.timeout)
+            .run(&self.conn, Some(name), &call, (self.timeout, all))
             .await?;
         if left.len() != keys.len() {
             return Err(unexpected(name, "release", &left));
@@ -472,29 +508,29 @@ impl Node {
         replicas: Option<Replicas>,
     ) -> Result<Vec<bool>, LockError> {
         let mut call = RENEW.get(self.sharded).prepare_invoke();
-        let mut first_key = None;
+        let mut empty = true;
         for (key, stored, owner, lease) in items {
-            first_key.get_or_insert(key);
+            empty = false;
             match stored {
                 Stored::Hash => call.key(key).key(key).arg("x"),
                 Stored::Place { set, holders, .. } => call.key(set).key(holders).arg("z"),
             };
             call.arg(owner).arg(millis(lease));
         }
-        let Some(first_key) = first_key else {
+        if empty {
             return Ok(Vec::new());
-        };
-        let conn = if replicas.is_some() {
-            &self.replicated
-        } else {
-            &self.conn
-        };
-        let renewed: Vec<i64> = self
-            .run(conn, None, &call, timeout.min(self.timeout))
-            .await?;
-        if let Some(replicas) = replicas {
-            self.wait_replicas(None, first_key, replicas).await?;
         }
+        let renewed: Vec<i64> = match replicas {
+            Some(replicas) => {
+                let (renewed, acked) = self.run_replicated(None, &call, (replicas, true)).await?;
+                replicated(None, replicas, acked)?;
+                renewed
+            }
+            None => {
+                self.run(&self.conn, None, &call, (timeout.min(self.timeout), true))
+                    .await?
+            }
+        };
         Ok(renewed.into_iter().map(|r| r == 1).collect())
     }
 
@@ -508,15 +544,15 @@ impl Node {
         for (counter, token) in counters {
             call.key(*counter).arg(*token);
         }
-        self.run::<i64>(&self.conn, Some(name), &call, self.timeout)
+        self.run::<i64>(&self.conn, Some(name), &call, (self.timeout, true))
             .await?;
         Ok(())
     }
 
-    /// `INFO server` of every server behind this node.
-    pub(crate) async fn info_server(&self) -> Result<Vec<String>, LockError> {
+    /// `INFO section` of every server behind this node.
+    pub(crate) async fn info(&self, section: &str) -> Result<Vec<String>, LockError> {
         let mut conn = self.conn.clone();
-        match tokio::time::timeout(self.timeout, conn.info_server()).await {
+        match tokio::time::timeout(self.timeout, conn.info(section)).await {
             Ok(result) => result.map_err(|err| LockError::from_redis(None, err)),
             Err(_) => Err(LockError::CommandTimeout {
                 key: None,
@@ -525,15 +561,49 @@ impl Node {
         }
     }
 
+    /// Runs `call` on `conn` within `timeout`. `idempotent`: running it
+    /// twice for one request does what running it once does, so that it
+    /// may be sent again after a failure that leaves open whether it ran
+    /// (see [`retried`]).
     async fn run<T: FromRedisValue>(
         &self,
         conn: &Conn,
         name: Option<&str>,
         call: &ScriptInvocation<'_>,
-        timeout: Duration,
+        (timeout, idempotent): (Duration, bool),
     ) -> Result<T, LockError> {
-        let mut conn = conn.clone();
-        within(timeout, name, call.invoke_async(&mut conn)).await
+        let invoke = || {
+            let mut conn = conn.clone();
+            async move { call.invoke_async(&mut conn).await }
+        };
+        noted(
+            conn,
+            within(timeout, name, retried(conn, idempotent, invoke)).await,
+        )
+    }
+
+    /// Takes back the marks a writer or reader that stops waiting set to
+    /// hold the other side back, and wakes the waiters they held back.
+    pub(crate) async fn leave_turns(
+        &self,
+        name: &str,
+        keys: &[LockKeys],
+        owner: &str,
+    ) -> Result<(), LockError> {
+        let mut call = TURN_LEAVE.get(self.sharded).prepare_invoke();
+        for lock in keys {
+            call.key(lock.writer_waiting());
+        }
+        for lock in keys {
+            call.key(lock.readers_waiting());
+        }
+        for lock in keys {
+            call.key(&lock.channel);
+        }
+        call.arg(owner);
+        self.run::<i64>(&self.conn, Some(name), &call, (self.timeout, true))
+            .await?;
+        Ok(())
     }
 
     /// Runs a script of someone else's (the operator commands of
@@ -543,8 +613,85 @@ impl Node {
         name: &str,
         call: &ScriptInvocation<'_>,
     ) -> Result<T, LockError> {
-        self.run(&self.conn, Some(name), call, self.timeout).await
+        self.run(&self.conn, Some(name), call, (self.timeout, true))
+            .await
     }
+}
+
+/// How often a Cluster call refused without running is sent again.
+const CLUSTER_RETRIES: u32 = 3;
+
+/// Runs `call`, and on a Cluster sends it again (after a pause that
+/// doubles from 20 ms) when the answer proves it did not run: a redirect
+/// (MOVED, ASK), a slot or master down or loading, a read-only replica, a
+/// refused connection; and, for an `idempotent` call, after any I/O error.
+/// redis-rs's own retries are off for the command connection (see
+/// `connection::cluster_builder`), because they also resend after an I/O
+/// error or a response timeout, when the script may have run already: an
+/// acquisition would then count a re-entry twice, a release count down
+/// twice and free a lock an outer scope still holds. Those failures go to
+/// the caller, as on a single server.
+async fn retried<T, F, Fut>(conn: &Conn, idempotent: bool, mut call: F) -> redis::RedisResult<T>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = redis::RedisResult<T>>,
+{
+    let mut pause = Duration::from_millis(20);
+    let mut left = if matches!(conn, Conn::Cluster(_)) {
+        CLUSTER_RETRIES
+    } else {
+        0
+    };
+    loop {
+        match call().await {
+            Err(err) if left > 0 && (did_not_run(&err) || idempotent && err.is_io_error()) => {
+                left -= 1;
+                tokio::time::sleep(pause).await;
+                pause *= 2;
+            }
+            other => return other,
+        }
+    }
+}
+
+/// Whether an error proves that the command was not carried out: refused
+/// by the server without running (a redirect, a slot or master down or
+/// loading, a read-only replica), or never delivered (a refused
+/// connection). A connection lost after sending proves nothing: redis-rs
+/// reports it as a broken pipe, as it does for one lost before.
+fn did_not_run(err: &redis::RedisError) -> bool {
+    use ServerErrorKind::*;
+    matches!(
+        err.kind(),
+        ErrorKind::Server(
+            Moved | Ask | TryAgain | ClusterDown | MasterDown | BusyLoading | ReadOnly
+        ) | ErrorKind::ClusterConnectionNotFound
+    ) || err.is_connection_refusal()
+}
+
+/// Whether `acked` replicas are enough for `replicas`.
+fn replicated(name: Option<&str>, replicas: Replicas, acked: u32) -> Result<(), LockError> {
+    if acked >= replicas.count {
+        Ok(())
+    } else {
+        Err(LockError::NotReplicated {
+            key: name.map(str::to_owned),
+            wanted: replicas.count,
+            acked,
+            after: replicas.timeout,
+        })
+    }
+}
+
+/// Tells `conn` whether a call on it was answered (an error reply is an
+/// answer too), so that it can replace itself after repeated timeouts.
+fn noted<T>(conn: &Conn, result: Result<T, LockError>) -> Result<T, LockError> {
+    match &result {
+        Err(LockError::CommandTimeout { .. }) => conn.timed_out(),
+        Ok(_) | Err(LockError::Redis { .. } | LockError::WrongType { .. }) => conn.answered(),
+        Err(_) => {}
+    }
+    result
 }
 
 /// Bounds a Redis call by `timeout` and sorts its error; `name` names the

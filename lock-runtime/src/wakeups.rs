@@ -17,13 +17,12 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use redis::aio::ConnectionManager;
 use redis::cluster_async::ClusterConnection;
 use redis::{PushInfo, PushKind, Value};
 use tokio::sync::{Notify, mpsc, watch};
 use tokio_util::sync::CancellationToken;
 
-use crate::connection::Following;
+use crate::connection::{Following, Managed};
 use crate::memory::MemorySubscriber;
 use crate::watchdog::Registry;
 
@@ -196,11 +195,14 @@ impl Wakeups {
 
     /// Starts the task that owns the subscriber connections, one per store;
     /// a channel counts as subscribed when `needed` of them confirmed it.
+    /// Every [`CHECK_EVERY`] it asks each subscriber connection to answer
+    /// within `timeout`, and replaces and resubscribes one that does not.
     pub(crate) fn start(
         &self,
         pending: Pending,
         subscribers: Vec<Subscriber>,
         needed: usize,
+        timeout: Duration,
         shutdown: CancellationToken,
     ) {
         let live = vec![true; subscribers.len()];
@@ -208,6 +210,7 @@ impl Wakeups {
             subscribers,
             live,
             needed,
+            timeout,
         };
         tokio::spawn(subscriber(
             stores,
@@ -406,7 +409,7 @@ fn dispatch(
 /// A subscriber connection to one store.
 pub(crate) enum Subscriber {
     /// A server, or one Redlock master.
-    Manager(ConnectionManager),
+    Manager(Managed),
     /// The master Sentinel reports, followed across failovers.
     Following(Following),
     /// A Cluster: sharded subscriptions, one channel at a time since each
@@ -420,7 +423,7 @@ pub(crate) enum Subscriber {
 impl Subscriber {
     async fn subscribe(&mut self, names: &[&str]) -> redis::RedisResult<()> {
         match self {
-            Subscriber::Manager(conn) => conn.subscribe(names).await,
+            Subscriber::Manager(conn) => conn.manager().subscribe(names).await,
             Subscriber::Following(conn) => conn.manager().subscribe(names).await,
             Subscriber::Cluster(conn) => {
                 for name in names {
@@ -434,10 +437,36 @@ impl Subscriber {
 
     async fn unsubscribe(&mut self, name: &str) -> redis::RedisResult<()> {
         match self {
-            Subscriber::Manager(conn) => conn.unsubscribe(name).await,
+            Subscriber::Manager(conn) => conn.manager().unsubscribe(name).await,
             Subscriber::Following(conn) => conn.manager().unsubscribe(name).await,
             Subscriber::Cluster(conn) => conn.sunsubscribe(name).await,
             Subscriber::Memory(subscriber) => subscriber.unsubscribe(name),
+        }
+    }
+
+    /// Whether the connection still answers within `timeout`. Nothing else
+    /// is sent on a subscriber connection between subscriptions, so without
+    /// asking, one whose packets vanish (a partition, a moved address)
+    /// would go unnoticed while release messages stop.
+    async fn answers(&mut self, timeout: Duration) -> bool {
+        let mut conn = match self {
+            Subscriber::Manager(conn) => conn.manager(),
+            Subscriber::Following(conn) => conn.manager(),
+            // redis-rs checks a Cluster's connections itself; the
+            // in-process store cannot stop answering.
+            Subscriber::Cluster(_) | Subscriber::Memory(_) => return true,
+        };
+        let ping = redis::cmd("PING");
+        let answer = tokio::time::timeout(timeout, ping.query_async::<Value>(&mut conn));
+        matches!(answer.await, Ok(Ok(_)))
+    }
+
+    /// Replaces a connection that stopped answering with a fresh one.
+    async fn replace(&mut self) {
+        match self {
+            Subscriber::Manager(conn) => conn.reconnect(),
+            Subscriber::Following(conn) => conn.reconnect().await,
+            Subscriber::Cluster(_) | Subscriber::Memory(_) => {}
         }
     }
 
@@ -462,9 +491,34 @@ struct Stores {
     live: Vec<bool>,
     /// How many live stores a channel needs to count as subscribed.
     needed: usize,
+    /// How long a connection may take to answer a check.
+    timeout: Duration,
 }
 
 impl Stores {
+    /// Asks every live connection to answer; one that does not is
+    /// replaced and counts as dropped. True if any was.
+    async fn check(&mut self) -> bool {
+        let mut dropped = false;
+        for (node, (subscriber, live)) in self
+            .subscribers
+            .iter_mut()
+            .zip(self.live.iter_mut())
+            .enumerate()
+        {
+            if *live && !subscriber.answers(self.timeout).await {
+                tracing::warn!(
+                    node,
+                    "subscriber connection stopped answering; reconnecting"
+                );
+                subscriber.replace().await;
+                *live = false;
+                dropped = true;
+            }
+        }
+        dropped
+    }
+
     fn enough(&self) -> bool {
         self.live.iter().filter(|live| **live).count() >= self.needed
     }
@@ -490,6 +544,9 @@ async fn subscriber(
 ) {
     let mut batch = Vec::new();
     let mut delay = RESUBSCRIBE_FIRST;
+    let mut check = tokio::time::interval(CHECK_EVERY);
+    check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    check.reset();
     loop {
         // Stores that lost their subscriptions are retried on a timer,
         // between commands, so one store that stays down holds up no other.
@@ -500,6 +557,18 @@ async fn subscriber(
                 if received == 0 {
                     return;
                 }
+            }
+            _ = check.tick() => {
+                if stores.check().await {
+                    if !stores.enough() {
+                        for channel in channels.all() {
+                            channel.ready.send_replace(Readiness::Failed);
+                        }
+                    }
+                    delay = RESUBSCRIBE_FIRST;
+                    resubscribe(&mut stores, &channels).await;
+                }
+                continue;
             }
             _ = tokio::time::sleep(delay), if retry => {
                 if resubscribe(&mut stores, &channels).await {
@@ -554,6 +623,9 @@ async fn subscriber(
         }
     }
 }
+
+/// How often the subscriber connections are asked to answer.
+pub(crate) const CHECK_EVERY: Duration = Duration::from_secs(5);
 
 /// First pause before subscribing again on a store that dropped; it
 /// doubles up to 1 s.

@@ -64,9 +64,13 @@ struct Timing {
 }
 
 impl Timing {
-    /// Records an acquisition or renewal sent at `sent` and confirmed.
-    fn confirm(&mut self, sent: Instant) {
-        self.valid_until = self.valid_until.max(sent + self.lease - self.drift);
+    /// Records an acquisition or renewal sent at `sent` and confirmed, which
+    /// made Redis keep the lock at least `lease` from then. The deadline
+    /// comes from that lease, not from `self.lease`, which a nested
+    /// acquisition may have lengthened while a renewal with the shorter
+    /// one was in flight.
+    fn confirm(&mut self, sent: Instant, lease: Duration) {
+        self.valid_until = self.valid_until.max(sent + lease - self.drift);
         self.renew_at = sent + self.lease / 3;
     }
 }
@@ -182,7 +186,7 @@ impl Registry {
             timing.guards += 1;
             timing.lease = timing.lease.max(acquired.lease);
             timing.drift = timing.drift.max(acquired.drift);
-            timing.confirm(acquired.sent);
+            timing.confirm(acquired.sent, acquired.lease);
             return held.clone();
         }
         let held = Arc::new(Held {
@@ -341,6 +345,7 @@ async fn renew(registry: Arc<Registry>, backend: Backend, batch: Vec<Arc<Held>>)
             )
         })
         .collect();
+    let leases: Vec<Duration> = locks.iter().map(|(.., lease)| *lease).collect();
     let replicas: Vec<Option<Replicas>> = batch.iter().map(|held| held.replicas).collect();
     // An answer after the earliest deadline comes too late to save that lock;
     // do not wait longer than that (the command timeout caps it too).
@@ -357,13 +362,13 @@ async fn renew(registry: Arc<Registry>, backend: Backend, batch: Vec<Arc<Held>>)
     match outcome {
         Ok(renewed) => {
             tracing::debug!(locks = batch.len(), "renewed");
-            for (held, outcome) in batch.iter().zip(renewed) {
+            for ((held, outcome), lease) in batch.iter().zip(renewed).zip(leases) {
                 match outcome {
                     Renewal::Renewed => {
                         held.tracked.renewed();
                         tracing::trace!(parent: held.tracked.span(), key = %held.name, fence = held.fence, "renewed");
                         let mut timing = held.timing();
-                        timing.confirm(sent);
+                        timing.confirm(sent, lease);
                         timing.in_flight = false;
                     }
                     Renewal::Gone => registry.lose(held, LossReason::NotHeld),
@@ -515,7 +520,7 @@ mod tests {
         let lease = Duration::from_secs(3);
         let held = registry.hold(acquisition(&keys, &owner, lease, start));
         let sent = start + Duration::from_secs(1);
-        held.timing().confirm(sent);
+        held.timing().confirm(sent, lease);
         assert_eq!(held.valid_until(), sent + lease - Duration::from_millis(12));
         assert_eq!(held.timing().renew_at, sent + Duration::from_secs(1));
     }

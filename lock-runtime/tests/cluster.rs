@@ -245,8 +245,8 @@ async fn a_killed_master_keeps_replicated_locks_and_tells_of_the_others() {
     assert!(err.is_timeout(), "{err}");
     // Every other holder is either still holding on the new master, or told.
     for (i, guard) in others.iter().enumerate() {
-        // The name carries its hash tag, which the key keeps as it is.
-        let key = format!("lock:{{{name}}}:plain:{i}");
+        // The name's hash tag decides the slot: its key is `lock:{tag}{rest}`.
+        let key = format!("lock:{{{name}}}{{:plain:{i}}}");
         let on_new_master = cluster.node(new_master).cli(&["EXISTS", &key]) == "1";
         assert!(
             on_new_master != guard.is_lost(),

@@ -198,3 +198,68 @@ async fn a_waiter_that_dies_stops_holding_up_the_line() {
     );
     ok(&server, turn.release().await);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_names_no_waiter_that_is_gone() {
+    use futures_util::StreamExt;
+    let server = RedisServer::start();
+    let locks = client(&server).await;
+    let name = unique_key("gone");
+    let guard = ok(&server, locks.fair_lock(name.as_str()).acquire().await);
+    let (mut child, _) = common::spawn_holder(&server, "fair_waiter_process", &name);
+    let queue = format!("{}:queue", lock_key(&name));
+    let (server, queue) = (&server, queue.as_str());
+    let in_line = |count: &'static str| {
+        within(
+            server,
+            Duration::from_secs(10),
+            "waiter in line",
+            async move {
+                while server.cli(&["ZCARD", queue]) != count {
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+            },
+        )
+    };
+    in_line("1").await;
+    let dead = server.cli(&["ZRANGE", queue, "0", "0"]);
+    child.kill().expect("SIGKILL waiter");
+    child.wait().unwrap();
+    let killed = Instant::now();
+
+    // A second waiter lines up before the dead one's place lapses, then
+    // stops trying without leaving (its future is never dropped), so that
+    // nothing but the release itself could drop the dead one from the line.
+    tokio::time::sleep(Duration::from_millis(2000)).await;
+    let mut second = Box::pin(
+        locks
+            .fair_lock(name.as_str())
+            .wait(Duration::from_secs(30))
+            .acquire(),
+    );
+    tokio::select! {
+        _ = &mut second => panic!("took the lock out of turn"),
+        _ = in_line("2") => {}
+    }
+    std::mem::forget(second);
+    let alive = server.cli(&["ZRANGE", queue, "-1", "-1"]);
+    // The dead waiter's place lapses 3 s after its last try; the second's
+    // does not yet.
+    tokio::time::sleep(Duration::from_millis(3500).saturating_sub(killed.elapsed())).await;
+
+    let listener = redis::Client::open(server.url()).unwrap();
+    let mut messages = listener.get_async_pubsub().await.expect("pubsub");
+    let channel = format!("{}:released", lock_key(&name));
+    messages.subscribe(&channel).await.expect("subscribe");
+    ok(server, guard.release().await);
+    let message = within(server, Duration::from_secs(5), "release message", async {
+        messages.on_message().next().await.expect("a message")
+    })
+    .await;
+    let named: String = message.get_payload().expect("text");
+    assert_ne!(named, dead, "the release named a waiter that is gone");
+    assert_eq!(
+        named, alive,
+        "the release did not name the waiter next in line"
+    );
+}

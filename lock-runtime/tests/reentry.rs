@@ -131,3 +131,140 @@ async fn dropping_a_guard_releases_in_the_background() {
     ok(&server, ok(&server, taken).release().await);
     assert_eq!(locks.held(), 0);
 }
+
+/// Takes `name` (waiting), holds it for a moment while counting how many
+/// calls are inside at once, and returns its token.
+async fn update(
+    locks: &lock_runtime::LockClient,
+    name: &str,
+    inside: &std::sync::atomic::AtomicUsize,
+    most: &std::sync::atomic::AtomicUsize,
+) -> Result<u64, lock_runtime::LockError> {
+    use std::sync::atomic::Ordering;
+    let guard = locks
+        .lock(name)
+        .wait(Duration::from_secs(10))
+        .acquire()
+        .await?;
+    let fence = guard.fence();
+    guard
+        .scope(async {
+            let now = inside.fetch_add(1, Ordering::SeqCst) + 1;
+            most.fetch_max(now, Ordering::SeqCst);
+            tokio::time::sleep(Duration::from_millis(150)).await;
+            inside.fetch_sub(1, Ordering::SeqCst);
+        })
+        .await?;
+    guard.release().await?;
+    Ok(fence)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn calls_joined_inside_a_critical_section_exclude_each_other() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let server = RedisServer::start();
+    let locks = client(&server).await;
+    let (outer_name, account) = (unique_key("batch"), unique_key("account"));
+    let (inside, most) = (AtomicUsize::new(0), AtomicUsize::new(0));
+
+    let outer = ok(&server, locks.lock(outer_name.as_str()).acquire().await);
+    let (a, b) = outer
+        .scope(async {
+            tokio::join!(
+                update(&locks, &account, &inside, &most),
+                update(&locks, &account, &inside, &most)
+            )
+        })
+        .await
+        .expect("not lost");
+    let (a, b) = (ok(&server, a), ok(&server, b));
+    // Each call took the lock as an owner of its own: one after the other,
+    // each with its own token.
+    assert_eq!(
+        most.load(Ordering::SeqCst),
+        1,
+        "both calls were inside at once"
+    );
+    assert_ne!(a, b, "both calls got the same token");
+
+    // Joined calls on the lock the section holds re-enter it: they are
+    // part of the holder's work.
+    let (c, d) = outer
+        .scope(async {
+            tokio::join!(
+                locks
+                    .lock(outer_name.as_str())
+                    .wait(Duration::ZERO)
+                    .acquire(),
+                locks
+                    .lock(outer_name.as_str())
+                    .wait(Duration::ZERO)
+                    .acquire()
+            )
+        })
+        .await
+        .expect("not lost");
+    let (c, d) = (ok(&server, c), ok(&server, d));
+    assert_eq!((c.fence(), d.fence()), (outer.fence(), outer.fence()));
+    ok(&server, c.release().await);
+    ok(&server, d.release().await);
+
+    // Held in part by the section: refused with a clear error rather than
+    // re-entering one and sharing the other.
+    let err = outer
+        .scope(
+            locks
+                .lock_all([outer_name.clone(), account.clone()])
+                .acquire(),
+        )
+        .await
+        .expect("not lost")
+        .expect_err("partly held");
+    assert!(matches!(err, lock_runtime::LockError::Config(_)), "{err}");
+    ok(&server, outer.release().await);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reentering_a_held_lock_does_not_queue_behind_local_waiters() {
+    let server = RedisServer::start();
+    let locks = client(&server).await;
+    let name = unique_key("busy");
+    let outer = ok(
+        &server,
+        locks
+            .lock(name.as_str())
+            .lease(Duration::from_secs(30))
+            .acquire()
+            .await,
+    );
+    // Other tasks of the same client wait for the lock.
+    let waiters: Vec<_> = (0..3)
+        .map(|_| {
+            let request = locks.lock(name.as_str()).wait(Duration::from_secs(20));
+            tokio::spawn(async move { request.acquire().await?.release().await })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let took = outer
+        .scope(async {
+            let started = std::time::Instant::now();
+            let inner = locks
+                .lock(name.as_str())
+                .lease(Duration::from_secs(30))
+                .wait(Duration::from_secs(20))
+                .acquire()
+                .await;
+            (started.elapsed(), inner)
+        })
+        .await
+        .expect("not lost");
+    let (took, inner) = (took.0, ok(&server, took.1));
+    // One round trip; queueing behind the waiters took a third of the
+    // lease's first seconds (1 s).
+    assert!(took < Duration::from_millis(700), "re-entry took {took:?}");
+    ok(&server, inner.release().await);
+    ok(&server, outer.release().await);
+    for waiter in waiters {
+        ok(&server, waiter.await.unwrap());
+    }
+}

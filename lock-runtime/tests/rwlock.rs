@@ -313,3 +313,89 @@ async fn reentry_downgrade_and_renewal() {
     );
     ok(&server, writer.release().await);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reader_that_stops_waiting_takes_its_turn_back() {
+    let server = RedisServer::start();
+    let locks = client(&server).await;
+    let name = unique_key("reader-gives-up");
+    let writer = ok(&server, locks.write_lock(name.as_str()).acquire().await);
+
+    // A reader waiting behind the writer claims the next turn for readers,
+    // then its caller stops waiting.
+    let gave_up = tokio::time::timeout(
+        Duration::from_millis(300),
+        locks
+            .read_lock(name.as_str())
+            .wait(Duration::from_secs(60))
+            .acquire(),
+    )
+    .await;
+    assert!(gave_up.is_err(), "the reader got in past a writer");
+    // Another reader dies while waiting (its future is never dropped, so
+    // nothing takes its mark back): the mark lapses within its lease.
+    let mut dead = Box::pin(
+        locks
+            .read_lock(name.as_str())
+            .lease(Duration::from_secs(1))
+            .wait(Duration::from_secs(60))
+            .acquire(),
+    );
+    tokio::select! {
+        _ = &mut dead => panic!("the reader got in past a writer"),
+        _ = tokio::time::sleep(Duration::from_millis(300)) => {}
+    }
+    std::mem::forget(dead);
+    ok(&server, writer.release().await);
+
+    // No reader waits any more: a writer gets the free lock.
+    let started = Instant::now();
+    let next = locks
+        .write_lock(name.as_str())
+        .wait(Duration::from_secs(5))
+        .acquire()
+        .await;
+    let next = ok(&server, next);
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "{:?}",
+        started.elapsed()
+    );
+    ok(&server, next.release().await);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_writer_that_stops_waiting_takes_its_turn_back() {
+    let server = RedisServer::start();
+    let locks = client(&server).await;
+    let name = unique_key("writer-gives-up");
+    let reader = ok(&server, locks.read_lock(name.as_str()).acquire().await);
+
+    // A writer waiting for the reader holds new readers back, then its
+    // caller stops waiting.
+    let gave_up = tokio::time::timeout(
+        Duration::from_millis(300),
+        locks
+            .write_lock(name.as_str())
+            .wait(Duration::from_secs(60))
+            .acquire(),
+    )
+    .await;
+    assert!(gave_up.is_err(), "the writer got in past a reader");
+
+    // New readers are not held back for a writer that is gone.
+    let started = Instant::now();
+    let another = locks
+        .read_lock(name.as_str())
+        .wait(Duration::from_secs(2))
+        .acquire()
+        .await;
+    let another = ok(&server, another);
+    assert!(
+        started.elapsed() < Duration::from_secs(1),
+        "{:?}",
+        started.elapsed()
+    );
+    ok(&server, another.release().await);
+    ok(&server, reader.release().await);
+}

@@ -13,12 +13,17 @@
 --                  first, so that a writer in a loop cannot starve them
 -- ARGV[1]          owner id (client uuid : scope id)
 -- ARGV[2]          lease in milliseconds
--- ARGV[3]          how long the caller will keep waiting, in milliseconds
+-- ARGV[3]          how long a waiting writer's mark lasts unless it tries
+--                  again (ms; 0: the caller does not wait). The caller
+--                  takes it back when it stops waiting; a dead caller's
+--                  mark lapses after this long.
 -- ARGV[4..6]       the restart quarantine: run id seen, ms, strict (prelude)
 --
 -- Returns {1, fence_1, count_1, ..., fence_n, count_n} when the caller holds
 -- every lock afterwards, or {0, pttl} with the longest remaining lease among
--- the holders in the way (-1 when one of them has no expiry).
+-- the holders in the way (-1 when one of them has no expiry); a caller that
+-- marked itself waiting is told to try again within half its mark's life,
+-- so that the mark lasts as long as it waits.
 local n = #KEYS / 5
 local q = quarantine_at(4)
 local longest = nil
@@ -67,6 +72,12 @@ for i = 1, n do
   end
 end
 if longest then
+  local mark = tonumber(ARGV[3])
+  for i = 1, n do
+    if marked[i] and (longest < 0 or longest > mark / 2) then
+      longest = math.floor(mark / 2)
+    end
+  end
   return {0, longest}
 end
 

@@ -34,18 +34,10 @@ if deleted == 0 then
   return 0
 end
 
--- A fair lock's release names the first waiter in line; drop the waiters
--- that stopped trying first, or the release could name one that is gone.
+-- A fair lock's release names the first waiter in line still waiting.
 local message = 'released'
 if type_of(KEYS[5]) == 'zset' then
-  if type_of(KEYS[6]) == 'zset' then
-    local now = now_ms()
-    for _, gone in ipairs(redis.call('ZRANGEBYSCORE', KEYS[6], '-inf', now)) do
-      redis.call('ZREM', KEYS[5], gone)
-    end
-    redis.call('ZREMRANGEBYSCORE', KEYS[6], '-inf', now)
-  end
-  message = next_in_line(KEYS[5])
+  message = next_in_line(KEYS[5], KEYS[6])
 end
 redis.call(PUBLISH, KEYS[7], message)
 return 1

@@ -5,6 +5,7 @@
 -- KEYS[2]  the holders' counts and tokens
 -- KEYS[3]  the release channel
 -- KEYS[4]  (read locks) the lock's queue of fair waiters, to name the next
+-- KEYS[5]  (read locks) the fair waiters' liveness
 -- ARGV[1]  owner id
 -- ARGV[2]  "1" to drop every level at once, "0" to count down by one
 --
@@ -27,7 +28,7 @@ if redis.call('ZCARD', KEYS[1]) == 0 then
   redis.call('DEL', KEYS[1], KEYS[2])
 end
 if KEYS[4] then
-  redis.call(PUBLISH, KEYS[3], next_in_line(KEYS[4]))
+  redis.call(PUBLISH, KEYS[3], next_in_line(KEYS[4], KEYS[5]))
 else
   redis.call(PUBLISH, KEYS[3], 'released')
 end

@@ -13,21 +13,28 @@ end
 -- {seen = the run ids seen at connect, comma-separated, ms = its length,
 -- strict = true/false}.
 --
--- A new counter means the slot was never used, or the server lost its data
--- (a restart without persistence, an eviction). Locks granted before may then
--- still be held by holders not told yet, and granting them again before they
--- could have run out would make two holders: so while the server has been up
--- for less than the quarantine, the slot stays closed, if this client saw
--- the server restart (its run id is not among those seen at connect) or `strict`
--- says to assume so (see config.rs). Otherwise the counter starts from the
--- server clock in microseconds, which is past every token handed out before,
--- so that tokens keep growing across the loss (see keys.rs).
+-- Tokens: max(counter + 1, server clock in microseconds). Acquisitions never
+-- outpace a microsecond clock, so tokens follow the clock, and a counter that
+-- comes back lower than tokens already handed out (a restart from an older
+-- snapshot or an AOF that lost its last second, a backup restored, the
+-- counter lost or evicted) still yields a token above every earlier one.
 --
--- A client that met the server only after the restart may create the counter
--- during the quarantine (it cannot know better unless strict). The counter's
--- `:born` marker, kept until that client's quarantine would have ended, keeps
--- the slot closed for the clients that did see the restart: without it they
--- would find a counter and grant at once, next to holders not told yet.
+-- The quarantine: a server that restarted may have forgotten locks it
+-- granted, while their holders, not told yet, go on working. So while the
+-- server has been up for less than the quarantine, a slot stays closed:
+-- * if its counter came through the restart (the counter exists but was not
+--   created in this run of the server, which its `:born` marker, holding
+--   the run id, would say): the slot was in use before the restart, and
+--   locks granted after the snapshot that restored it may be forgotten,
+--   so it is closed for every client;
+-- * if it has no counter, or one created in this run, for the clients that
+--   saw the server restart (its run id is not among those seen at connect)
+--   or that `strict` says to treat so (see config.rs). A client that met the
+--   server only after the restart may create the counter (it cannot know
+--   better unless strict); the `:born` marker it leaves, until the
+--   quarantine would end, keeps the slot closed for the clients that did
+--   see the restart: without it they would find a counter and grant at
+--   once, next to holders not told yet.
 local function server_info()
   local info = redis.call('INFO', 'server')
   return tonumber(string.match(info, 'uptime_in_seconds:(%d+)')) * 1000,
@@ -35,32 +42,26 @@ local function server_info()
 end
 
 local function next_fence(counter, q)
-  local born = counter .. ':born'
-  if q.ms > 0 then
-    local left = redis.call('PTTL', born)
-    if left > 0 then
-      local _, run_id = server_info()
-      if q.strict or not string.find(q.seen, run_id, 1, true) then
-        return nil, left
-      end
-    end
-  end
-  local fence = redis.call('INCR', counter)
-  if fence ~= 1 then
-    return fence
-  end
+  local last = tonumber(redis.call('GET', counter) or '0') or 0
   if q.ms > 0 then
     local uptime, run_id = server_info()
     if uptime < q.ms then
-      if q.strict or not string.find(q.seen, run_id, 1, true) then
-        redis.call('DEL', counter)
-        return nil, q.ms - uptime
+      local closed = q.ms - uptime
+      local born = counter .. ':born'
+      local saw_restart = q.strict or not string.find(q.seen, run_id, 1, true)
+      if last > 0 and redis.call('GET', born) ~= run_id then
+        return nil, closed
       end
-      redis.call('SET', born, '1', 'PX', q.ms - uptime)
+      if saw_restart then
+        return nil, closed
+      end
+      if last == 0 then
+        redis.call('SET', born, run_id, 'PX', closed)
+      end
     end
   end
   local t = redis.call('TIME')
-  fence = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  local fence = math.max(last + 1, tonumber(t[1]) * 1000000 + tonumber(t[2]))
   redis.call('SET', counter, string.format('%d', fence))
   return fence
 end
@@ -121,9 +122,23 @@ local function holds_place(set, owner)
   return score and tonumber(score) > now_ms()
 end
 
--- What a release announces: the owner id first in the lock's queue of fair
--- waiters, so that exactly that waiter wakes, or "released" for anyone.
-local function next_in_line(queue)
-  local first = redis.call('ZRANGE', queue, 0, 0)
-  return first[1] or 'released'
+-- What a release announces: the first owner id in the lock's queue of fair
+-- waiters that still counts as waiting (its time in `alive` has not run
+-- out), so that exactly that waiter wakes, or "released" for anyone.
+-- Waiters that stopped trying (died, gave up silently) are dropped on the
+-- way, so that a release never names one that is gone and stalls the line.
+local function next_in_line(queue, alive)
+  local now = now_ms()
+  while true do
+    local first = redis.call('ZRANGE', queue, 0, 0)[1]
+    if not first then
+      return 'released'
+    end
+    local until_ms = redis.call('ZSCORE', alive, first)
+    if until_ms and tonumber(until_ms) > now then
+      return first
+    end
+    redis.call('ZREM', queue, first)
+    redis.call('ZREM', alive, first)
+  end
 end

@@ -8,19 +8,25 @@
 -- KEYS[6]  the marker waiting readers set so that the next free turn is theirs
 -- ARGV[1]  owner id
 -- ARGV[2]  lease in milliseconds
--- ARGV[3]  how long the caller will keep waiting, in milliseconds
+-- ARGV[3]  how long a waiting reader's mark lasts unless it tries again
+--          (ms; 0: the caller does not wait); see acquire.lua
 -- ARGV[4..6]  the restart quarantine: run id seen, ms, strict (prelude)
 --
 -- Returns {1, fence, count} when the caller reads afterwards, or {0, pttl}
--- with how long the writer (or the waiting writer's marker) lasts at most.
+-- with how long the writer (or the waiting writer's marker) lasts at most,
+-- and at most half the caller's own mark's life.
 --
 -- Writers and readers take turns: a waiting writer holds back new readers
 -- (so a stream of readers cannot starve it), and waiting readers keep a
 -- writer that just let go from taking the lock straight back (so a writer in
 -- a loop cannot starve them).
 local function wait_for_turn(ttl)
-  if tonumber(ARGV[3]) > 0 then
-    redis.call('SET', KEYS[6], 1, 'PX', ARGV[3])
+  local mark = tonumber(ARGV[3])
+  if mark > 0 then
+    redis.call('SET', KEYS[6], ARGV[1], 'PX', mark)
+    if ttl < 0 or ttl > mark / 2 then
+      ttl = math.floor(mark / 2)
+    end
   end
   return {0, ttl}
 end

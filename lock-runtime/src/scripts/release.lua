@@ -2,9 +2,10 @@
 -- of each lock that becomes free: for a fair lock the first in line (the
 -- message names it), otherwise any.
 --
--- KEYS[1..n]       the lock hashes, n = #KEYS / 3
+-- KEYS[1..n]       the lock hashes, n = #KEYS / 4
 -- KEYS[n+1..2n]    their release channels
 -- KEYS[2n+1..3n]   their queues of fair waiters
+-- KEYS[3n+1..4n]   the fair waiters' liveness
 -- ARGV[1]          owner id
 -- ARGV[2]          "1" to drop every level at once (abandoning locks whose
 --                  acquire answer was lost), "0" to count down by one
@@ -12,7 +13,7 @@
 -- Returns, per lock, the remaining re-entry count (0: released and
 -- published), or -1 when the caller does not hold it (expired, or someone
 -- else's).
-local n = #KEYS / 3
+local n = #KEYS / 4
 local result = {}
 for i = 1, n do
   local held = redis.call('HMGET', KEYS[i], 'owner', 'count', 'fair')
@@ -29,7 +30,7 @@ for i = 1, n do
       count = 0
       redis.call('DEL', KEYS[i])
       if held[3] then
-        redis.call(PUBLISH, KEYS[n + i], next_in_line(KEYS[2 * n + i]))
+        redis.call(PUBLISH, KEYS[n + i], next_in_line(KEYS[2 * n + i], KEYS[3 * n + i]))
       else
         redis.call(PUBLISH, KEYS[n + i], 'released')
       end

@@ -7,6 +7,10 @@
 -- ARGV[3i - 1]   the owner id expected
 -- ARGV[3i]       the lease in milliseconds
 --
+-- A renewal never shortens what Redis holds: a nested acquisition may have
+-- lengthened the lease after this batch was built, with a longer lease than
+-- the one this batch carries.
+--
 -- Returns one integer per item: 1 renewed, 0 no longer held by that owner.
 local result = {}
 local now = nil
@@ -18,14 +22,14 @@ for i = 1, #KEYS / 2 do
   result[i] = 0
   if kind == 'x' then
     if redis.pcall('HGET', key, 'owner') == owner then
-      redis.call('PEXPIRE', key, lease)
+      keep_for(key, lease)
       result[i] = 1
     end
   else
     now = now or now_ms()
     local score = redis.pcall('ZSCORE', key, owner)
     if type(score) == 'string' and tonumber(score) > now then
-      redis.call('ZADD', key, now + lease, owner)
+      redis.call('ZADD', key, 'GT', now + lease, owner)
       keep_for(key, lease)
       keep_for(companion, lease)
       result[i] = 1

@@ -1,0 +1,171 @@
+//! What a server that forgets goes back on: a restart from an older
+//! snapshot, eviction under a memory limit, a release after a loss.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::{QUARANTINE, builder, client, ok, try_once_when_up};
+use lock_testkit::{RedisServer, unique_key};
+
+/// Takes and releases `name` once; its fencing token.
+async fn take_and_release(
+    server: &RedisServer,
+    locks: &lock_runtime::LockClient,
+    name: &str,
+) -> u64 {
+    let guard = ok(server, locks.lock(name).acquire().await);
+    let fence = guard.fence();
+    ok(server, guard.release().await);
+    fence
+}
+
+/// Runs `f` on a blocking thread (it stops and starts processes).
+async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
+    tokio::task::spawn_blocking(f).await.expect("blocking task")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tokens_never_go_back_after_a_restart_from_an_older_snapshot() {
+    let mut server = RedisServer::start();
+    let name = unique_key("snapshot");
+    // Without a quarantine the lock is granted at once after the restart:
+    // only the token rule stands between the holders and a repeated token.
+    let locks = builder(&server)
+        .restart_quarantine(Duration::ZERO)
+        .connect()
+        .await
+        .expect("connect");
+    let mut before = vec![take_and_release(&server, &locks, &name).await];
+    server.cli(&["SAVE"]);
+    for _ in 0..5 {
+        before.push(take_and_release(&server, &locks, &name).await);
+    }
+    let mut server = blocking(move || {
+        // SIGKILL: nothing is saved; the restart loads the older dump.
+        server.restart();
+        server
+    })
+    .await;
+    let after = ok(&server, try_once_when_up(&locks, &name).await);
+    let highest = before.iter().max().copied().unwrap();
+    assert!(
+        after.fence() > highest,
+        "token {} after the restart, {highest} handed out before it ({before:?})",
+        after.fence()
+    );
+    ok(&server, after.release().await);
+    blocking(move || server.kill()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lock_granted_after_the_snapshot_is_not_granted_again_within_the_quarantine() {
+    let server = RedisServer::start();
+    let name = unique_key("forgotten");
+    let holder = client(&server).await;
+    // The slot is in use before the snapshot...
+    take_and_release(&server, &holder, &name).await;
+    server.cli(&["SAVE"]);
+    // ...and the lock is granted after it: the restarted server forgets it.
+    let held = ok(
+        &server,
+        holder
+            .lock(name.as_str())
+            .lease(Duration::from_secs(2))
+            .acquire()
+            .await,
+    );
+    let restarted_at = Instant::now();
+    let server = blocking(move || {
+        let mut server = server;
+        server.restart();
+        server
+    })
+    .await;
+
+    // A client that meets the server only after the restart cannot know it
+    // restarted; the counter that came back from the snapshot tells it.
+    let newcomer = client(&server).await;
+    let refused = newcomer
+        .lock(name.as_str())
+        .wait(Duration::ZERO)
+        .acquire()
+        .await
+        .expect_err("granted again while its holder may still work");
+    assert!(refused.is_timeout(), "{refused}");
+    assert!(
+        restarted_at.elapsed() < QUARANTINE,
+        "the check came too late"
+    );
+
+    // The holder is told, and once the quarantine is over the lock is
+    // granted again, with a higher token.
+    tokio::time::timeout(Duration::from_secs(5), held.lost())
+        .await
+        .expect("the holder is told of the loss");
+    let fence = held.fence();
+    drop(held);
+    let again = ok(
+        &server,
+        newcomer
+            .lock(name.as_str())
+            .wait(QUARANTINE + Duration::from_secs(2))
+            .acquire()
+            .await,
+    );
+    assert!(again.fence() > fence, "{} after {fence}", again.fence());
+    assert!(restarted_at.elapsed() >= QUARANTINE - Duration::from_secs(1));
+    ok(&server, again.release().await);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_that_may_evict_keys_is_refused_unless_allowed() {
+    let server =
+        RedisServer::start_with(&["--maxmemory", "100mb", "--maxmemory-policy", "volatile-lru"]);
+    let err = builder(&server)
+        .connect()
+        .await
+        .expect_err("a server that may evict held locks");
+    let text = err.to_string();
+    assert!(matches!(err, lock_runtime::LockError::Config(_)), "{err}");
+    assert!(
+        text.contains("volatile-lru") && text.contains("noeviction"),
+        "{text}"
+    );
+
+    let allowed = builder(&server)
+        .allow_eviction(true)
+        .connect()
+        .await
+        .expect("allowed");
+    let name = unique_key("evictable");
+    take_and_release(&server, &allowed, &name).await;
+
+    // A limit without eviction is fine: writes fail when memory is full,
+    // they never drop a held lock.
+    server.cli(&["CONFIG", "SET", "maxmemory-policy", "noeviction"]);
+    let locks = client(&server).await;
+    take_and_release(&server, &locks, &name).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn releasing_a_lost_lock_reports_the_loss_even_when_the_release_fails() {
+    let server = RedisServer::start();
+    let locks = client(&server).await;
+    let guard = ok(
+        &server,
+        locks
+            .lock(unique_key("lost-then-unreachable"))
+            .lease(Duration::from_millis(600))
+            .acquire()
+            .await,
+    );
+    server.pause();
+    tokio::time::timeout(Duration::from_secs(5), guard.lost())
+        .await
+        .expect("declared lost while the server is paused");
+    // The release cannot reach the paused server either.
+    let err = guard.release().await.expect_err("lost");
+    server.resume();
+    assert!(err.is_lost(), "expected Lost, got {err}");
+}
