@@ -6,7 +6,7 @@
 //! touches the process-wide default client; the others name theirs with
 //! `client = ...`, so the tests can run in parallel.
 
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -67,9 +67,15 @@ async fn ship(
     server: &RedisServer,
 ) -> Result<(CurrentLock, String), AppError> {
     let held = lock_runtime::current().ok_or(AppError::Rejected("no current lock"))?;
-    // A name with a hash tag is used as it is, after the prefix.
-    let exists = server.cli(&["EXISTS", &format!("lock:{}", held.key)]);
+    let exists = server.cli(&["EXISTS", &tagged_key(&held.key)]);
     Ok((held, exists))
+}
+
+/// The Redis key of a lock named `{tag}rest` (keys.rs): the tag decides the
+/// Cluster slot, the rest follows it in a second pair of braces.
+fn tagged_key(name: &str) -> String {
+    let (tag, rest) = name[1..].split_once('}').expect("a hash tag");
+    format!("lock:{{{tag}}}{{{rest}}}")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -91,7 +97,7 @@ async fn key_is_built_from_fields_and_named_by_current() {
         "no lock outside the body"
     );
     assert_eq!(
-        server.cli(&["EXISTS", &format!("lock:{expected}")]),
+        server.cli(&["EXISTS", &tagged_key(&expected)]),
         "0",
         "released when the function returned"
     );
@@ -312,6 +318,40 @@ async fn nested_calls_re_enter_and_spawned_tasks_wait() {
         "0",
         "every level released"
     );
+}
+
+#[distributed_lock(key = "account:<id>", client = locks, wait = "10s")]
+async fn update(locks: &LockClient, id: &str, inside: &AtomicUsize) -> Result<u64, LockError> {
+    assert_eq!(
+        inside.fetch_add(1, Ordering::SeqCst),
+        0,
+        "two updates inside at once"
+    );
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    inside.fetch_sub(1, Ordering::SeqCst);
+    Ok(lock_runtime::current().expect("inside").fence)
+}
+
+#[distributed_lock(key = "batch:<id>", client = locks)]
+async fn batch(
+    locks: &LockClient,
+    id: &str,
+    inside: &AtomicUsize,
+) -> Result<(u64, u64), LockError> {
+    // Joined inside a body locked on another key: each update is an owner
+    // of its own, so they exclude each other.
+    let (a, b) = tokio::join!(update(locks, id, inside), update(locks, id, inside));
+    Ok((a?, b?))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn joined_locked_calls_inside_another_lock_exclude_each_other() {
+    let server = RedisServer::start();
+    let locks = connect(&server).await;
+    let id = unique_key("joined");
+    let inside = AtomicUsize::new(0);
+    let (a, b) = batch(&locks, &id, &inside).await.expect("batch");
+    assert_ne!(a, b, "the joined calls shared one holder's token");
 }
 
 // ---------------------------------------------------------------------------

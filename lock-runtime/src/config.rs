@@ -161,20 +161,24 @@ impl LockClientBuilder {
         self
     }
 
-    /// How long after Redis restarts *without its data* no lock is granted
-    /// (default 30 s; `Duration::ZERO` turns this off). Set it to at least
-    /// the longest lease any client uses.
+    /// How long after Redis restarts no lock is granted (default 30 s;
+    /// `Duration::ZERO` turns this off). Set it to at least the longest
+    /// lease any client uses.
     ///
-    /// A Redis without persistence that restarts has forgotten every lock,
+    /// A Redis that restarts without its data, or from an older snapshot
+    /// (RDB, an AOF written every second, a backup), has forgotten locks
     /// while their holders, not told yet, go on working; granting the same
     /// locks at once would make two holders. This is the Redlock paper's
     /// *delayed restart*, done by the clients: a lock is refused (waiters
     /// wait, `wait(0)` gets [`LockError::Timeout`]) until the server has been
     /// up for this long, by when every lock granted before has run out and
-    /// its holder has been told. It applies to servers this client saw
-    /// restart; see [`strict_restart_quarantine`](Self::strict_restart_quarantine)
-    /// for clients that connect after the restart. Locks whose keys survive
-    /// (persistence, a promoted replica) are not affected.
+    /// its holder has been told. It applies to every hash slot whose fencing
+    /// counter came back through the restart, for every client, and to the
+    /// other slots of a server this client saw restart; see
+    /// [`strict_restart_quarantine`](Self::strict_restart_quarantine) for
+    /// clients that connect after a restart that lost everything. A promoted
+    /// replica is not a restart (see [`min_replicas`](Self::min_replicas)).
+    /// Turned off, fencing tokens still never go back.
     pub fn restart_quarantine(mut self, quarantine: Duration) -> Self {
         self.config.restart_quarantine = quarantine;
         self

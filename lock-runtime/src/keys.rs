@@ -59,13 +59,14 @@
 //! names, and tokens from one counter are strictly increasing for every lock
 //! that uses it. On a single server the same layout applies unchanged.
 //!
-//! A counter starts at the server's clock in microseconds when it is created,
-//! then counts up by one per acquisition. Acquisitions never outpace a
-//! microsecond clock, so if the server loses the counter (a restart without
-//! persistence, eviction) the new one starts above every token handed out
-//! before, and a fenced store keeps rejecting the holders from before the loss.
-//! This assumes the server's clock does not jump back by more than the time
-//! the lost counter had been counting ahead of it.
+//! Each token is the larger of the counter plus one and the server's clock in
+//! microseconds (prelude.lua's `next_fence`). Acquisitions never outpace a
+//! microsecond clock, so tokens follow the clock, and a counter that comes
+//! back lower than tokens already handed out (a restart from an older
+//! snapshot, a backup restored) or not at all (a restart without persistence)
+//! still yields a token above every earlier one: a fenced store keeps
+//! rejecting the holders from before the loss. This assumes the server's
+//! clock does not step back.
 
 use std::sync::OnceLock;
 

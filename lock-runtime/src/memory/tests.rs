@@ -467,6 +467,79 @@ async fn renew_extends_permits_unless_their_lease_ran_out() {
     assert_eq!(renew("a:1").await, [1], "renewed to 30 s before");
 }
 
+/// A renewal with a shorter lease than the one Redis holds (a nested
+/// acquisition lengthened it while the renewal was on its way) leaves the
+/// longer one, for a lock hash and for a permit.
+async fn renewal_keeps_the_longer_lease<C: redis::aio::ConnectionLike + Clone>(conn: &mut C) {
+    let (lock, sem) = (keys("renew:longer"), keys("renew:longer-sem"));
+    let taken: Vec<i64> = ACQUIRE
+        .key(&lock.lock)
+        .key(&lock.fence)
+        .key(lock.readers())
+        .key(lock.writer_waiting())
+        .key(lock.readers_waiting())
+        .arg("a:1")
+        .arg(30_000)
+        .arg(0)
+        .arg(NO_QUARANTINE.0)
+        .arg(NO_QUARANTINE.1)
+        .arg(NO_QUARANTINE.2)
+        .invoke_async(conn)
+        .await
+        .unwrap();
+    assert_eq!(taken[0], 1);
+    let permit: Vec<i64> = PERMIT_ACQUIRE
+        .key(&sem.lock)
+        .key(sem.holders())
+        .key(&sem.fence)
+        .arg("a:1")
+        .arg(30_000)
+        .arg(2)
+        .arg(NO_QUARANTINE.0)
+        .arg(NO_QUARANTINE.1)
+        .arg(NO_QUARANTINE.2)
+        .invoke_async(conn)
+        .await
+        .unwrap();
+    assert_eq!(permit[0], 1);
+    let renewed: Vec<i64> = RENEW
+        .key(&lock.lock)
+        .key(&lock.lock)
+        .arg("x")
+        .arg("a:1")
+        .arg(600)
+        .key(&sem.lock)
+        .key(sem.holders())
+        .arg("z")
+        .arg("a:1")
+        .arg(600)
+        .invoke_async(conn)
+        .await
+        .unwrap();
+    assert_eq!(renewed, [1, 1]);
+    for key in [&lock.lock, &sem.lock, &sem.holders()] {
+        let ttl: i64 = redis::cmd("PTTL").arg(key).query_async(conn).await.unwrap();
+        assert!(ttl > 29_000, "{key}: {ttl} ms left after a 600 ms renewal");
+    }
+    let expiry: f64 = redis::cmd("ZSCORE")
+        .arg(&sem.lock)
+        .arg("a:1")
+        .query_async(conn)
+        .await
+        .unwrap();
+    let (secs, micros): (u64, u64) = redis::cmd("TIME").query_async(conn).await.unwrap();
+    let now = (secs * 1000 + micros / 1000) as f64;
+    assert!(expiry - now > 29_000.0, "the permit's lease was shortened");
+}
+
+#[tokio::test]
+async fn a_renewal_never_shortens_a_lease() {
+    renewal_keeps_the_longer_lease(&mut MemoryServer::new()).await;
+    if let Some((_real, mut conn)) = real_redis().await {
+        renewal_keeps_the_longer_lease(&mut conn).await;
+    }
+}
+
 #[tokio::test]
 async fn locks_expire_after_their_lease() {
     let server = MemoryServer::new();
