@@ -71,6 +71,11 @@ impl ConnectionLike for Conn {
 }
 
 impl Conn {
+    /// Whether this is a Cluster connection.
+    pub(crate) fn is_cluster(&self) -> bool {
+        matches!(self, Conn::Cluster(_))
+    }
+
     /// A command on this connection got no answer in time. After a few in a
     /// row the connection is replaced (where it can be): a connection whose
     /// packets vanish without a reset (a partition, a moved address) would

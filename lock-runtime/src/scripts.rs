@@ -412,7 +412,7 @@ impl Node {
             within(
                 self.timeout + replicas.timeout,
                 name,
-                retried(conn, idempotent, query),
+                retried(conn.is_cluster(), idempotent, query),
             )
             .await,
         )
@@ -578,7 +578,12 @@ impl Node {
         };
         noted(
             conn,
-            within(timeout, name, retried(conn, idempotent, invoke)).await,
+            within(
+                timeout,
+                name,
+                retried(conn.is_cluster(), idempotent, invoke),
+            )
+            .await,
         )
     }
 
@@ -631,17 +636,13 @@ const CLUSTER_RETRIES: u32 = 3;
 /// acquisition would then count a re-entry twice, a release count down
 /// twice and free a lock an outer scope still holds. Those failures go to
 /// the caller, as on a single server.
-async fn retried<T, F, Fut>(conn: &Conn, idempotent: bool, mut call: F) -> redis::RedisResult<T>
+async fn retried<T, F, Fut>(cluster: bool, idempotent: bool, mut call: F) -> redis::RedisResult<T>
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = redis::RedisResult<T>>,
 {
     let mut pause = Duration::from_millis(20);
-    let mut left = if matches!(conn, Conn::Cluster(_)) {
-        CLUSTER_RETRIES
-    } else {
-        0
-    };
+    let mut left = if cluster { CLUSTER_RETRIES } else { 0 };
     loop {
         match call().await {
             Err(err) if left > 0 && (did_not_run(&err) || idempotent && err.is_io_error()) => {
@@ -760,4 +761,53 @@ fn unexpected(name: &str, script: &str, reply: &[i64]) -> LockError {
 /// Milliseconds for PEXPIRE, never zero (PEXPIRE 0 would delete the key).
 fn millis(duration: Duration) -> u64 {
     (duration.as_millis() as u64).max(1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicU32, Ordering};
+
+    /// How many times `retried` sends a call that fails with `err` every
+    /// time.
+    async fn sends(cluster: bool, idempotent: bool, err: fn() -> redis::RedisError) -> u32 {
+        let sent = AtomicU32::new(0);
+        let outcome: redis::RedisResult<()> = retried(cluster, idempotent, || {
+            sent.fetch_add(1, Ordering::SeqCst);
+            async move { Err(err()) }
+        })
+        .await;
+        assert!(outcome.is_err());
+        sent.load(Ordering::SeqCst)
+    }
+
+    fn moved() -> redis::RedisError {
+        redis::RedisError::from((
+            ErrorKind::Server(ServerErrorKind::Moved),
+            "moved",
+            "3999 127.0.0.1:6381".to_owned(),
+        ))
+    }
+
+    /// What redis-rs reports for a connection lost with a request on it,
+    /// whether or not the request reached the server.
+    fn connection_lost() -> redis::RedisError {
+        std::io::Error::from(std::io::ErrorKind::BrokenPipe).into()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_cluster_call_is_sent_again_only_when_it_surely_did_not_run() {
+        // Refused without running: sent again.
+        assert_eq!(sends(true, false, moved).await, 1 + CLUSTER_RETRIES);
+        // Lost on the way back: an acquisition or a release of one level
+        // may have run, and must not run twice.
+        assert_eq!(sends(true, false, connection_lost).await, 1);
+        // Safe to run twice (a renewal, a release of every level).
+        assert_eq!(
+            sends(true, true, connection_lost).await,
+            1 + CLUSTER_RETRIES
+        );
+        // One server: the connection manager reconnects; the callers retry.
+        assert_eq!(sends(false, true, moved).await, 1);
+    }
 }
