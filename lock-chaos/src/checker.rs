@@ -34,11 +34,23 @@
 //! grow in acquisition order: readers and permit holders hold concurrently,
 //! so neither the order in which their `acquire()`s returned nor one shared
 //! highest token means anything for them.
+//!
+//! # Holders
+//!
+//! A holder is one critical section: worker, task and section number
+//! ([`Holder`]), not a process or a task. Locked calls made inside a
+//! critical section ([`Section::parent`]) are sections of their own: two
+//! calls joined inside one section, each taking lock B, are two holders of
+//! B and must exclude each other like any two holders, even though they run
+//! in the same task of the same process. The one exception is a
+//! **re-entry**: a call that takes a lock an enclosing section of its task
+//! already holds is that section holding it again (same owner, same token,
+//! inside its interval), and is judged as part of it.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fmt;
 
-use crate::record::{Call, FailKind, LossKind, ReleaseOutcome, Role};
+use crate::record::{Call, CancelHow, FailKind, LossKind, ReleaseOutcome, Role};
 
 /// How long after a stall ends a frozen holder still counts as frozen: the
 /// runtime needs a moment to run its watchdog and deliver `lost()`.
@@ -69,6 +81,14 @@ pub enum FaultKind {
     ProxyDelay,
     /// Cut every proxied connection and refuse new ones for a while.
     ProxyCut,
+    /// `SAVE` a snapshot, let the workers go on for a while, then SIGKILL
+    /// Redis and start it again from that older snapshot: locks granted
+    /// since are forgotten and the fencing counters come back lower than
+    /// tokens already handed out.
+    RedisRestartStale,
+    /// Black-hole the proxy (nothing relayed either way, nothing closed)
+    /// for longer than the lease, then lift it.
+    ProxyBlackhole,
     /// A worker blocks its runtime inside a critical section for longer
     /// than the lease.
     WorkerStall,
@@ -91,25 +111,38 @@ pub enum FaultKind {
     RedlockKill,
     /// Redlock: cut one master's proxy and refuse connections for a while.
     RedlockPartition,
+    /// Eviction run: `volatile-lru` and a `maxmemory` just above what is
+    /// used, filler keys with TTLs written until lock keys are evicted,
+    /// then `maxmemory 0` / `noeviction` again.
+    Eviction,
 }
 
 impl FaultKind {
     /// Every kind, in report order.
-    pub const ALL: [FaultKind; 10] = [
+    pub const ALL: [FaultKind; 12] = [
         FaultKind::RedisPauseShort,
         FaultKind::RedisPauseLong,
         FaultKind::RedisRestart,
         FaultKind::RedisRestartDelayed,
+        FaultKind::RedisRestartStale,
         FaultKind::ClientKill,
         FaultKind::ClientPause,
         FaultKind::ProxyDelay,
         FaultKind::ProxyCut,
+        FaultKind::ProxyBlackhole,
         FaultKind::WorkerStall,
         FaultKind::WorkerKill,
     ];
 
-    /// The faults of the topology runs (never in a single-Redis run).
-    pub const TOPOLOGY: [FaultKind; 7] = [
+    /// The faults a single-Redis fault plan starts with: those that roll
+    /// Redis back in time or cut it off silently, which every rule (tokens,
+    /// fenced writes, overlaps) judges best on exclusive locks, the first
+    /// kind of lock run.
+    pub const FIRST: [FaultKind; 2] = [FaultKind::RedisRestartStale, FaultKind::ProxyBlackhole];
+
+    /// The faults of the topology runs and of the eviction run (never in a
+    /// single-Redis run).
+    pub const TOPOLOGY: [FaultKind; 8] = [
         FaultKind::ClusterFailover,
         FaultKind::ClusterMasterKill,
         FaultKind::SentinelMasterKill,
@@ -117,6 +150,7 @@ impl FaultKind {
         FaultKind::RedlockPause,
         FaultKind::RedlockKill,
         FaultKind::RedlockPartition,
+        FaultKind::Eviction,
     ];
 
     /// The name used on the command line and in reports.
@@ -126,10 +160,12 @@ impl FaultKind {
             FaultKind::RedisPauseLong => "redis-pause-long",
             FaultKind::RedisRestart => "redis-restart",
             FaultKind::RedisRestartDelayed => "redis-restart-delayed",
+            FaultKind::RedisRestartStale => "redis-restart-stale",
             FaultKind::ClientKill => "client-kill",
             FaultKind::ClientPause => "client-pause",
             FaultKind::ProxyDelay => "proxy-delay",
             FaultKind::ProxyCut => "proxy-cut",
+            FaultKind::ProxyBlackhole => "proxy-blackhole",
             FaultKind::WorkerStall => "worker-stall",
             FaultKind::WorkerKill => "worker-kill",
             FaultKind::ClusterFailover => "cluster-failover",
@@ -139,6 +175,7 @@ impl FaultKind {
             FaultKind::RedlockPause => "redlock-pause",
             FaultKind::RedlockKill => "redlock-kill",
             FaultKind::RedlockPartition => "redlock-partition",
+            FaultKind::Eviction => "eviction",
         }
     }
 
@@ -153,6 +190,11 @@ impl FaultKind {
             FaultKind::RedisRestartDelayed => {
                 "SIGKILL Redis, restart it on the same port a lease + 0.5 s later (empty)"
             }
+            FaultKind::RedisRestartStale => {
+                "`SAVE` a snapshot, let the workers go on for 0.5–2 s, then SIGKILL Redis and restart \
+                 it from that snapshot: locks granted since are forgotten, fencing counters come \
+                 back lower than tokens already handed out"
+            }
             FaultKind::ClientKill => "`CLIENT KILL TYPE normal` (half the time `TYPE pubsub` too)",
             FaultKind::ClientPause => "`CLIENT PAUSE` for 0.2–2 leases",
             FaultKind::ProxyDelay => {
@@ -160,6 +202,11 @@ impl FaultKind {
             }
             FaultKind::ProxyCut => {
                 "cut every proxied connection, refuse new ones for 0.1–1.5 leases"
+            }
+            FaultKind::ProxyBlackhole => {
+                "black-hole the proxy for 1.5–3 leases: nothing relayed either way, no connection \
+                 closed (bytes wait in full TCP buffers), new ones accepted but held; then lift it \
+                 and let everything flow on the same connections"
             }
             FaultKind::WorkerStall => {
                 "a worker blocks its runtime (std::thread::sleep) inside a critical section for 1.5–3 leases"
@@ -192,10 +239,16 @@ impl FaultKind {
             FaultKind::RedlockPartition => {
                 "cut every connection to one master through its proxy, refuse new ones for 1–3 leases"
             }
+            FaultKind::Eviction => {
+                "`maxmemory-policy volatile-lru` and a `maxmemory` just above what is used, filler \
+                 keys with TTLs written until lock keys are evicted (up to 3 s), then `maxmemory 0`, \
+                 `noeviction` and the filler deleted"
+            }
         }
     }
 
-    /// Parses a name printed by [`FaultKind::name`].
+    /// Parses a name printed by [`FaultKind::name`] (a fault of the
+    /// single-Redis runs, [`FaultKind::ALL`]).
     pub fn from_name(name: &str) -> Option<FaultKind> {
         FaultKind::ALL.into_iter().find(|kind| kind.name() == name)
     }
@@ -249,8 +302,13 @@ pub struct Section {
     pub reason: Option<LossKind>,
     /// `valid_until()` when it was told.
     pub valid_at_told: Option<i64>,
-    /// `valid_until()` when it stopped (unknown for a killed worker).
+    /// `valid_until()` when it stopped (unknown for a killed worker and for
+    /// a locked call).
     pub valid_end: Option<i64>,
+    /// The critical section of the same task this one was taken inside (a
+    /// locked call made in it), if any. On the same key it is a re-entry:
+    /// one holder with its ancestor, not a holder of its own.
+    pub parent: Option<Holder>,
 }
 
 impl Section {
@@ -370,6 +428,45 @@ pub struct History {
     pub leftover: Option<u32>,
     /// Workers that exited without being told to.
     pub unexpected_exits: u32,
+    /// Acquisitions cancelled while they waited, by how.
+    pub cancelled: BTreeMap<CancelHow, u64>,
+    /// Per worker that stopped when told: the locks its client still held
+    /// once its tasks had stopped.
+    pub exits: Vec<(u32, u64)>,
+    /// Keys Redis evicted (eviction run), as its keyspace notifications
+    /// told.
+    pub evictions: Vec<Evicted>,
+    /// When the workers were told to stop.
+    pub stopped_at: Option<i64>,
+}
+
+/// A key Redis evicted.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Evicted {
+    /// The key.
+    pub name: String,
+    /// The lock it belongs to, if it is a key of a lock `k<index>`.
+    pub lock: Option<u32>,
+    /// Whether it is the lock's own key (the hash that says who holds it).
+    pub holder_key: bool,
+    /// When the notification arrived.
+    pub at: i64,
+}
+
+/// How the workers came back after a black hole was lifted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Recovery {
+    /// When the black hole was lifted.
+    pub lifted: i64,
+    /// Time from the lift to the first acquisition after it (µs).
+    pub first_grant: Option<i64>,
+    /// Workers that had acquired before the black hole and were not killed
+    /// before acquiring again.
+    pub workers: usize,
+    /// Of those, workers that acquired again before the run stopped.
+    pub back: usize,
+    /// Longest time from the lift to a worker's first acquisition (µs).
+    pub slowest: Option<i64>,
 }
 
 /// Two holders that overlapped.
@@ -538,6 +635,23 @@ pub struct Figures {
     /// later one called `acquire()` more than [`ARRIVAL_SLACK_US`] after the
     /// earlier one, before the earlier one acquired).
     pub waiting_pairs: usize,
+    /// Acquisitions cancelled while they waited, by how.
+    pub cancelled: BTreeMap<CancelHow, u64>,
+    /// Locked calls that re-entered a lock their task held (depth 2).
+    pub reentries: usize,
+    /// Time from calling to entering, of those re-entries.
+    pub reentry_wait: Spread,
+    /// Locked calls on another lock inside a critical section (joined in
+    /// pairs on the same lock).
+    pub nested_calls: usize,
+    /// Locks the clients still held when their tasks had stopped.
+    pub held_at_exit: u64,
+    /// Keys of the suite's locks that Redis evicted.
+    pub evicted_lock_keys: usize,
+    /// Evictions of a lock's own key while a holder held it (grants lost).
+    pub evicted_held: usize,
+    /// How workers came back after each black hole.
+    pub recoveries: Vec<Recovery>,
 }
 
 impl Figures {
@@ -614,16 +728,34 @@ pub fn claim_end(section: &Section, stalls: &[Stall]) -> i64 {
 
 /// Computes every figure of a run.
 pub fn analyze(history: &History) -> Figures {
-    let holders: std::collections::HashSet<Holder> =
-        history.sections.iter().map(|s| s.holder).collect();
+    let holders: HashSet<Holder> = history.sections.iter().map(|s| s.holder).collect();
+    let reentries = reentries(&history.sections);
     let mut figures = Figures {
         acquisitions: holders.len(),
         failures: history.failures.clone(),
         releases: history.releases.clone(),
         leftover: history.leftover,
         unexpected_exits: history.unexpected_exits,
+        cancelled: history.cancelled.clone(),
+        held_at_exit: history.exits.iter().map(|&(_, held)| held).sum(),
         ..Figures::default()
     };
+    let nested: HashSet<Holder> = history
+        .sections
+        .iter()
+        .filter(|s| s.parent.is_some())
+        .map(|s| s.holder)
+        .collect();
+    figures.reentries = reentries.len();
+    figures.reentry_wait = Spread::of(
+        history
+            .sections
+            .iter()
+            .filter(|s| reentries.contains(&s.holder))
+            .filter_map(|s| Some(s.acquired - s.start?))
+            .collect(),
+    );
+    figures.nested_calls = nested.len() - reentries.len();
     for fault in &history.faults {
         *figures.faults.entry(fault.kind).or_default() += 1;
     }
@@ -637,12 +769,19 @@ pub fn analyze(history: &History) -> Figures {
         sections.sort_by_key(|s| (s.acquired, s.holder));
     }
 
+    // A re-entry is its ancestor's holding again (same owner, same token),
+    // within its ancestor's interval: judged as part of it.
+    for sections in by_key.values_mut() {
+        sections.retain(|s| !reentries.contains(&s.holder));
+    }
     overlaps(history, &by_key, &mut figures);
     regressions(history, &by_key, &mut figures);
     fencing(history, &mut figures);
     notices(history, &mut figures);
     handoffs(history, &by_key, &mut figures);
     arrivals(&by_key, &mut figures);
+    evictions(history, &by_key, &mut figures);
+    figures.recoveries = recoveries(history);
 
     figures.crashes = history.crashes.len();
     for crash in &history.crashes {
@@ -756,6 +895,96 @@ fn permit_overlaps(
     }
 }
 
+/// The sections that re-enter a lock: taken inside a section of the same
+/// task that holds the same key (or inside one of its descendants).
+pub fn reentries(sections: &[Section]) -> HashSet<Holder> {
+    let parents: HashMap<Holder, Holder> = sections
+        .iter()
+        .filter_map(|s| Some((s.holder, s.parent?)))
+        .collect();
+    let held: HashSet<(Holder, u32)> = sections.iter().map(|s| (s.holder, s.key)).collect();
+    sections
+        .iter()
+        .filter(|s| {
+            std::iter::successors(s.parent, |h| parents.get(h).copied())
+                .take(16)
+                .any(|ancestor| held.contains(&(ancestor, s.key)))
+        })
+        .map(|s| s.holder)
+        .collect()
+}
+
+/// Counts evicted lock keys, and those evicted while a holder held them.
+fn evictions(history: &History, by_key: &BTreeMap<u32, Vec<&Section>>, figures: &mut Figures) {
+    for evicted in &history.evictions {
+        let Some(lock) = evicted.lock else { continue };
+        figures.evicted_lock_keys += 1;
+        let held = by_key.get(&lock).is_some_and(|sections| {
+            sections
+                .iter()
+                .any(|s| s.acquired <= evicted.at && evicted.at < claim_end(s, &history.stalls))
+        });
+        if evicted.holder_key && held {
+            figures.evicted_held += 1;
+        }
+    }
+}
+
+/// How the workers came back after each black hole: the first acquisition
+/// after the lift, per worker that had acquired before it (workers killed
+/// before acquiring again are left out).
+fn recoveries(history: &History) -> Vec<Recovery> {
+    let mut by_worker: BTreeMap<u32, Vec<i64>> = BTreeMap::new();
+    for section in &history.sections {
+        by_worker
+            .entry(section.holder.worker)
+            .or_default()
+            .push(section.acquired);
+    }
+    let stopped = history.stopped_at.unwrap_or(i64::MAX);
+    history
+        .faults
+        .iter()
+        .filter(|f| f.kind == FaultKind::ProxyBlackhole)
+        .map(|fault| {
+            let lifted = fault.end;
+            let mut recovery = Recovery {
+                lifted,
+                first_grant: None,
+                workers: 0,
+                back: 0,
+                slowest: None,
+            };
+            for (&worker, acquired) in &by_worker {
+                if !acquired.iter().any(|&at| at < fault.start) {
+                    continue;
+                }
+                let again = acquired
+                    .iter()
+                    .filter(|&&at| at > lifted && at <= stopped)
+                    .min();
+                let killed = history
+                    .crashes
+                    .iter()
+                    .any(|c| c.worker == worker && c.killed_at > fault.start);
+                match again {
+                    Some(&at) => {
+                        recovery.workers += 1;
+                        recovery.back += 1;
+                        let took = at - lifted;
+                        recovery.slowest = recovery.slowest.max(Some(took));
+                        recovery.first_grant =
+                            Some(recovery.first_grant.map_or(took, |t| t.min(took)));
+                    }
+                    None if killed => {}
+                    None => recovery.workers += 1,
+                }
+            }
+            recovery
+        })
+        .collect()
+}
+
 fn regressions(history: &History, by_key: &BTreeMap<u32, Vec<&Section>>, figures: &mut Figures) {
     for (&key, sections) in by_key {
         let mut max: Option<u64> = None;
@@ -835,7 +1064,7 @@ fn fencing(history: &History, figures: &mut Figures) {
 fn notices(history: &History, figures: &mut Figures) {
     let mut margins: BTreeMap<LossKind, Vec<i64>> = BTreeMap::new();
     let mut frozen = Vec::new();
-    let mut seen = std::collections::HashSet::new();
+    let mut seen = HashSet::new();
     // A multi-key section has one record per key, and one notice.
     for section in history.sections.iter().filter(|s| seen.insert(s.holder)) {
         let worker = section.holder.worker;

@@ -40,6 +40,9 @@ fn main() -> ExitCode {
         }
     };
     let mut runs = Vec::new();
+    // Faults the single-server runs injected so far: each goes on with the
+    // plan where the previous one stopped.
+    let mut planned = 0;
     for setup in options.setups() {
         // A topology run takes exclusive locks only.
         let kinds = if setup == Setup::Single {
@@ -63,13 +66,18 @@ fn main() -> ExitCode {
                 options.seed
             );
             let t0 = clock::now_us();
-            let (history, info) = match runtime.block_on(orchestrator::run(&options, kind, setup)) {
+            let skip = if setup == Setup::Single { planned } else { 0 };
+            let running = orchestrator::run(&options, kind, setup, skip);
+            let (history, info) = match runtime.block_on(running) {
                 Ok(done) => done,
                 Err(err) => {
                     eprintln!("lock-chaos: {label}: {err}");
                     return ExitCode::from(2);
                 }
             };
+            if setup == Setup::Single {
+                planned += history.faults.len();
+            }
             let figures = checker::analyze(&history);
             let safety: Vec<String> = figures
                 .safety()

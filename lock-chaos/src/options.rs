@@ -83,15 +83,18 @@ pub enum Topology {
     Sentinel,
     /// Redlock over 5 independent masters, each behind its own proxy.
     Redlock,
+    /// One server behind the proxy that is made to evict keys (measured).
+    Eviction,
 }
 
 impl Topology {
     /// Every topology, in report order.
-    pub const ALL: [Topology; 4] = [
+    pub const ALL: [Topology; 5] = [
         Topology::Single,
         Topology::Cluster,
         Topology::Sentinel,
         Topology::Redlock,
+        Topology::Eviction,
     ];
 
     /// The name used on the command line and in reports.
@@ -101,6 +104,7 @@ impl Topology {
             Topology::Cluster => "cluster",
             Topology::Sentinel => "sentinel",
             Topology::Redlock => "redlock",
+            Topology::Eviction => "eviction",
         }
     }
 
@@ -120,6 +124,7 @@ impl Topology {
                 Setup::Sentinel { min_replicas: 0 },
             ],
             Topology::Redlock => vec![Setup::Redlock],
+            Topology::Eviction => vec![Setup::Eviction],
         }
     }
 }
@@ -144,6 +149,9 @@ pub enum Setup {
     },
     /// Redlock over 5 masters behind proxies.
     Redlock,
+    /// One server behind the proxy whose memory limit is lowered until it
+    /// evicts lock keys; clients built with `.allow_eviction(true)`.
+    Eviction,
 }
 
 impl Setup {
@@ -154,6 +162,7 @@ impl Setup {
             Setup::Cluster => Topology::Cluster,
             Setup::Sentinel { .. } => Topology::Sentinel,
             Setup::Redlock => Topology::Redlock,
+            Setup::Eviction => Topology::Eviction,
         }
     }
 
@@ -162,14 +171,15 @@ impl Setup {
         match self {
             Setup::Cluster => 1,
             Setup::Sentinel { min_replicas } => min_replicas,
-            Setup::Single | Setup::Redlock => 0,
+            Setup::Single | Setup::Redlock | Setup::Eviction => 0,
         }
     }
 
     /// Whether a safety figure above 0 fails the run. The Sentinel run
-    /// without `min_replicas` measures what asynchronous replication loses.
+    /// without `min_replicas` measures what asynchronous replication loses,
+    /// the eviction run what evicting lock keys does.
     pub fn must_be_safe(self) -> bool {
-        self != Setup::Sentinel { min_replicas: 0 }
+        !matches!(self, Setup::Sentinel { min_replicas: 0 } | Setup::Eviction)
     }
 
     /// A short label for tables and messages.
@@ -182,6 +192,7 @@ impl Setup {
             }
             Setup::Sentinel { min_replicas } => format!("sentinel (min_replicas {min_replicas})"),
             Setup::Redlock => "redlock (5 masters)".into(),
+            Setup::Eviction => "eviction (measured, not a failure)".into(),
         }
     }
 
@@ -210,6 +221,11 @@ impl Setup {
             Setup::Redlock => "5 independent masters, each behind its own loopback proxy, clients \
                 built with `Deployment::redlock(proxy_urls)`"
                 .into(),
+            Setup::Eviction => "one `redis-server` behind the proxy, clients built with \
+                `.allow_eviction(true)`, whose memory limit the `eviction` fault lowers until \
+                it evicts lock keys (`volatile-lru`): a deployment the client refuses by \
+                default. Its safety figures are measured, not required to be 0"
+                .into(),
         }
     }
 
@@ -218,6 +234,8 @@ impl Setup {
     pub fn faults(self) -> Vec<FaultKind> {
         let mut faults = match self {
             Setup::Single => return FaultKind::ALL.to_vec(),
+            // Nothing else, so that what happens is eviction's doing.
+            Setup::Eviction => return vec![FaultKind::Eviction],
             Setup::Cluster => vec![FaultKind::ClusterFailover, FaultKind::ClusterMasterKill],
             Setup::Sentinel { .. } => vec![
                 FaultKind::SentinelLaggingKill,
@@ -259,25 +277,32 @@ OPTIONS:
                            lease; 0s turns it off)
     --strict-quarantine    quarantine also servers a client never saw restart
     --seed <N>             seed of the fault plan and the workload (default 1)
-    --faults <LIST>        comma-separated fault kinds to inject (default all):
-                           redis-pause-short, redis-pause-long, redis-restart,
-                           redis-restart-delayed, client-kill, client-pause,
-                           proxy-delay, proxy-cut, worker-stall, worker-kill
+    --faults <LIST>        comma-separated fault kinds to inject in the
+                           single-server runs (default all): redis-pause-short,
+                           redis-pause-long, redis-restart, redis-restart-delayed,
+                           redis-restart-stale, client-kill, client-pause,
+                           proxy-delay, proxy-cut, proxy-blackhole, worker-stall,
+                           worker-kill
     --topology <LIST>      comma-separated deployments, one run each (default
                            single; every one with --ci): single, cluster (3
                            masters + 3 replicas), sentinel (master + 2 replicas
                            + 3 Sentinels; run with min_replicas 1 and without),
-                           redlock (5 masters, each behind a proxy); `all`
-                           names every one. Topology runs take exclusive locks
-                           and inject that topology's faults
+                           redlock (5 masters, each behind a proxy), eviction
+                           (one server made to evict lock keys; measured, not
+                           a failure); `all` names every one. Topology runs
+                           take exclusive locks and inject that topology's
+                           faults
     --report <PATH>        write the figures as Markdown to PATH (e.g. RELIABILITY.md)
     --ci                   the short runs for CI: every kind (unless --kind),
                            12 s of faults each, and every topology (unless
                            --topology)
     -h, --help             this text
 
-Durations: 500ms, 1s, 1.5s, 2m, 1m30s. The exit code is 1 when a safety figure
-is not 0, 2 when the run could not be carried out.";
+Durations: 500ms, 1s, 1.5s, 2m, 1m30s. The single-server runs share one fault
+plan: each goes on where the previous kind's run stopped, so that short runs
+together inject every kind of fault. The exit code is 1 when a safety figure
+is not 0 in a run that must be safe (all but the measured ones: sentinel
+without min_replicas, eviction), 2 when the run could not be carried out.";
 
 /// What to run.
 #[derive(Debug, Clone, PartialEq)]

@@ -7,15 +7,16 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use lock_runtime::Deployment;
-use lock_testkit::{RedisCluster, RedisServer, SentinelGroup};
-use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use lock_testkit::{Proxy, RedisCluster, RedisServer, SentinelGroup};
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::process::{Child, ChildStdin, Command};
 use tokio::sync::mpsc;
 
-use crate::checker::{CrashCheck, Fault, FaultKind, Hang, History, Holder, Section, Stall};
+use crate::checker::{
+    CrashCheck, Evicted, Fault, FaultKind, Hang, History, Holder, Section, Stall,
+};
 use crate::clock::{self, now_us};
 use crate::options::{LockKind, Options, PERMITS, Setup};
-use crate::proxy::Proxy;
 use crate::record::{SectionLine, WorkerLine};
 use crate::resource::Resource;
 use crate::rng::Rng;
@@ -98,7 +99,7 @@ enum Topo {
 impl Topo {
     fn start(setup: Setup) -> Topo {
         match setup {
-            Setup::Single => Topo::Single(RedisServer::start()),
+            Setup::Single | Setup::Eviction => Topo::Single(RedisServer::start()),
             Setup::Cluster => Topo::Cluster(RedisCluster::start(3, 1)),
             Setup::Sentinel { .. } => Topo::Sentinel(SentinelGroup::start(2, 3)),
             Setup::Redlock => Topo::Redlock(RedisServer::start_many(5)),
@@ -202,6 +203,8 @@ struct Run {
     faults: Vec<Fault>,
     crashes: Vec<CrashCheck>,
     unexpected_exits: u32,
+    /// Keys Redis evicted (eviction faults).
+    evictions: Vec<Evicted>,
 }
 
 /// Runs blocking work on the single Redis server (pause, restart, commands).
@@ -215,23 +218,43 @@ async fn with_redis<T: Send + 'static>(
         .map_err(|err| format!("redis-server control failed: {err}"))
 }
 
-/// Runs blocking work on the topology; a panic (lock-testkit's way of
-/// failing) becomes the first line of its message.
-/// The sum of the fencing counters on `node`, if it answers.
-fn fence_total(node: &RedisServer) -> Option<i64> {
-    let sum = "local s = 0 \
-               for _, k in ipairs(redis.call('KEYS', ARGV[1])) do \
-                 s = s + tonumber(redis.call('GET', k)) \
-               end \
-               return s";
+/// The fencing counters on `node` (name and value), if it answers.
+fn fence_counters(node: &RedisServer) -> Option<BTreeMap<String, i64>> {
+    // Counters only: not their `:born` markers.
+    let list = "local out = {} \
+                for _, k in ipairs(redis.call('KEYS', ARGV[1])) do \
+                  if string.sub(k, -5) ~= ':born' and redis.call('TYPE', k)['ok'] == 'string' then \
+                    table.insert(out, k) \
+                    table.insert(out, redis.call('GET', k)) \
+                  end \
+                end \
+                return out";
     let counters = format!("{}fence:*", crate::worker::PREFIX);
-    node.try_cli(&["EVAL", sum, "0", &counters], Duration::from_secs(1))
-        .ok()?
-        .trim()
-        .parse()
-        .ok()
+    let reply = node
+        .try_cli(&["EVAL", list, "0", &counters], Duration::from_secs(1))
+        .ok()?;
+    if reply.starts_with("ERR") {
+        return None;
+    }
+    let lines: Vec<&str> = reply.lines().collect();
+    lines
+        .chunks(2)
+        .map(|pair| match pair {
+            [name, value] => Some(((*name).to_owned(), value.trim().parse().ok()?)),
+            _ => None,
+        })
+        .collect()
 }
 
+/// The sum of the fencing counters on `node`, if it answers.
+fn fence_total(node: &RedisServer) -> Option<i64> {
+    fence_counters(node)?
+        .values()
+        .try_fold(0i64, |sum, &v| sum.checked_add(v))
+}
+
+/// Runs blocking work on the topology; a panic (lock-testkit's way of
+/// failing) becomes the first line of its message.
 async fn with_topo<T: Send + 'static>(
     topo: &Arc<Mutex<Topo>>,
     f: impl FnOnce(&mut Topo) -> T + Send + 'static,
@@ -405,6 +428,7 @@ impl Run {
             seed: self.options.seed,
             kind: self.kind,
             min_replicas: self.setup.min_replicas(),
+            allow_eviction: self.setup == Setup::Eviction,
         };
         let mut child = Command::new(&self.exe)
             .args(config.to_args())
@@ -479,6 +503,8 @@ impl Run {
     async fn inject(&mut self, kind: FaultKind) -> Result<(), String> {
         let lease = self.options.lease;
         let start = now_us();
+        // When the fault ended, if that was before `inject` returns.
+        let mut ended = None;
         let detail = match kind {
             FaultKind::RedisPauseShort | FaultKind::RedisPauseLong => {
                 let percent = if kind == FaultKind::RedisPauseShort {
@@ -538,6 +564,25 @@ impl Run {
                 self.proxies[0].set_refuse(false);
                 format!("refused {} ms", refuse.as_millis())
             }
+            FaultKind::ProxyBlackhole => {
+                let d = scaled(lease, self.rng.range(150, 300));
+                self.proxies[0].blackhole(true);
+                tokio::time::sleep(d).await;
+                self.proxies[0].blackhole(false);
+                let lifted = now_us();
+                ended = Some(lifted);
+                // Give the clients time to come back before the next fault,
+                // so that how they do is the black hole's doing.
+                let back = self.await_recovery(lifted, lease * 3).await;
+                format!(
+                    "{} ms; {back} of {} clients took a lock within {} ms of the lift",
+                    d.as_millis(),
+                    self.workers.len(),
+                    (now_us() - lifted) / 1000
+                )
+            }
+            FaultKind::RedisRestartStale => self.restart_stale().await?,
+            FaultKind::Eviction => self.evict().await?,
             FaultKind::WorkerStall => {
                 let index = self.rng.below(self.workers.len() as u64) as usize;
                 let id = self.workers[index].id;
@@ -562,10 +607,204 @@ impl Run {
         self.faults.push(Fault {
             kind,
             start,
-            end: now_us(),
+            end: ended.unwrap_or_else(now_us),
             detail,
         });
         Ok(())
+    }
+
+    /// Waits until every worker has taken a lock after `since`, or `limit`;
+    /// returns how many did.
+    async fn await_recovery(&mut self, since: i64, limit: Duration) -> usize {
+        let deadline = tokio::time::Instant::now() + limit;
+        loop {
+            let back: HashSet<u32> = lock(&self.collected)
+                .sections
+                .iter()
+                .filter(|(_, s)| s.acquired > since)
+                .map(|(worker, _)| *worker)
+                .collect();
+            let count = self.workers.iter().filter(|w| back.contains(&w.id)).count();
+            if count == self.workers.len() || tokio::time::Instant::now() >= deadline {
+                return count;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// `SAVE`s a snapshot, lets the workers go on for 0.5–2 s, then kills
+    /// Redis and starts it again from that snapshot (the dump file is then
+    /// removed, so that later restarts start empty again).
+    async fn restart_stale(&mut self) -> Result<String, String> {
+        let gap = Duration::from_millis(self.rng.range(500, 2000));
+        let saved = with_redis(&self.redis, |r| {
+            let saved = r.try_cli(&["SAVE"], Duration::from_secs(5));
+            (saved, fence_counters(r))
+        })
+        .await?;
+        let (saved, at_save) = saved;
+        tokio::time::sleep(gap).await;
+        let (at_kill, after, removed) = with_redis(&self.redis, |r| {
+            let at_kill = fence_counters(r);
+            r.restart();
+            let after = fence_counters(r);
+            let removed = std::fs::remove_file(r.dir().join("dump.rdb"));
+            (at_kill, after, removed)
+        })
+        .await?;
+        let mut detail = match saved {
+            Ok(reply) if reply == "OK" => format!("SAVE, {} ms later SIGKILL", gap.as_millis()),
+            Ok(reply) => format!(
+                "SAVE failed ({reply}), {} ms later SIGKILL",
+                gap.as_millis()
+            ),
+            Err(err) => format!("SAVE failed ({err}), {} ms later SIGKILL", gap.as_millis()),
+        };
+        detail += " and restart from the snapshot";
+        match (at_save, at_kill, after) {
+            (Some(at_save), Some(at_kill), Some(after)) => {
+                // How far each counter went back: its value at the kill
+                // minus its value once the snapshot was loaded.
+                let back: Vec<i64> = at_kill
+                    .iter()
+                    .map(|(name, &v)| v - after.get(name).copied().unwrap_or(0))
+                    .filter(|&d| d > 0)
+                    .collect();
+                let moved = at_kill
+                    .iter()
+                    .filter(|(name, v)| at_save.get(*name) != Some(*v))
+                    .count();
+                detail += &format!(
+                    "; {} of {} fencing counters moved after the SAVE, {} came back lower \
+                     (by up to {})",
+                    moved,
+                    at_kill.len(),
+                    back.len(),
+                    back.iter().max().copied().unwrap_or(0)
+                );
+            }
+            _ => detail += "; fencing counters unknown",
+        }
+        if let Err(err) = removed {
+            detail += &format!(" (dump.rdb not removed: {err})");
+        }
+        Ok(detail)
+    }
+
+    /// Makes Redis evict: `volatile-lru` and a `maxmemory` just above what
+    /// is used, then filler keys with TTLs until a lock's key is evicted
+    /// (3 s at most); then no limit again, and the filler deleted. Evicted
+    /// keys are learnt from keyspace notifications.
+    async fn evict(&mut self) -> Result<String, String> {
+        let (port, events) = with_redis(&self.redis, |r| {
+            let events = r
+                .try_cli(
+                    &["CONFIG", "GET", "notify-keyspace-events"],
+                    Duration::from_secs(1),
+                )
+                .ok()
+                .and_then(|reply| reply.lines().nth(1).map(str::to_owned))
+                .unwrap_or_default();
+            let set = ["CONFIG", "SET", "notify-keyspace-events", "Ee"];
+            let _ = r.try_cli(&set, Duration::from_secs(1));
+            (r.port(), events)
+        })
+        .await?;
+        let found: Arc<Mutex<Vec<Evicted>>> = Arc::default();
+        let (ready_tx, ready) = tokio::sync::oneshot::channel();
+        let watcher = tokio::spawn(watch_evictions(port, found.clone(), ready_tx));
+        let watching = tokio::time::timeout(Duration::from_secs(2), ready)
+            .await
+            .is_ok_and(|r| r.is_ok());
+        let seen = found.clone();
+        let pressure = with_redis(&self.redis, move |r| {
+            let cli = |args: &[&str]| r.try_cli(args, Duration::from_secs(2)).unwrap_or_default();
+            let field = |section: &str, name: &str| -> Option<u64> {
+                cli(&["INFO", section])
+                    .lines()
+                    .find_map(|l| l.strip_prefix(name)?.strip_prefix(':'))
+                    .and_then(|v| v.trim().parse().ok())
+            };
+            let evicted_before = field("stats", "evicted_keys");
+            let used = field("memory", "used_memory").unwrap_or(0);
+            let limit = used + FILLER_MARGIN;
+            cli(&["CONFIG", "SET", "maxmemory-policy", "volatile-lru"]);
+            cli(&["CONFIG", "SET", "maxmemory", &limit.to_string()]);
+            let began = std::time::Instant::now();
+            let mut written = 0u64;
+            let size = FILLER_SIZE.to_string();
+            while began.elapsed() < Duration::from_secs(3) {
+                let first = written.to_string();
+                let batch = FILLER_BATCH.to_string();
+                cli(&["EVAL", FILL, "0", &first, &batch, &size]);
+                written += FILLER_BATCH;
+                let holder_key_evicted = lock(&seen).iter().any(|e| e.holder_key);
+                if holder_key_evicted {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            let took = began.elapsed();
+            cli(&["CONFIG", "SET", "maxmemory", "0"]);
+            cli(&["CONFIG", "SET", "maxmemory-policy", "noeviction"]);
+            let deleted = cli(&["EVAL", UNFILL, "0"]);
+            let evicted_after = field("stats", "evicted_keys");
+            let evicted = evicted_before
+                .zip(evicted_after)
+                .map(|(before, after)| after - before);
+            (used, limit, written, took, deleted, evicted)
+        })
+        .await;
+        // Notifications of the last evictions may still be on their way.
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        watcher.abort();
+        let restored = with_redis(&self.redis, move |r| {
+            let set = ["CONFIG", "SET", "notify-keyspace-events", events.as_str()];
+            r.try_cli(&set, Duration::from_secs(1)).is_ok()
+        })
+        .await?;
+        let (used, limit, written, took, deleted, evicted) = pressure?;
+        let found = std::mem::take(&mut *lock(&found));
+        let locks: Vec<String> = found
+            .iter()
+            .filter(|e| e.lock.is_some())
+            .map(|e| e.name.strip_prefix(PREFIX).unwrap_or(&e.name).to_owned())
+            .collect();
+        let fencing = found
+            .iter()
+            .filter(|e| e.name.starts_with(&format!("{PREFIX}fence:")))
+            .count();
+        // The counters themselves, not their `:born` markers.
+        let counters = found
+            .iter()
+            .filter(|e| {
+                e.name.starts_with(&format!("{PREFIX}fence:")) && !e.name.ends_with(":born")
+            })
+            .count();
+        let mut detail = format!(
+            "maxmemory {} KiB (used {} KiB), {written} filler keys of {} KiB in {} ms; \
+             evicted keys: {}, of them lock keys {}{}, fencing keys {fencing} (counters \
+             {counters}); limit lifted, {deleted} filler keys deleted",
+            limit / 1024,
+            used / 1024,
+            FILLER_SIZE / 1024,
+            took.as_millis(),
+            evicted.map_or("?".to_owned(), |n| n.to_string()),
+            locks.len(),
+            if locks.is_empty() {
+                String::new()
+            } else {
+                format!(" ({})", locks.join(", "))
+            },
+        );
+        if !watching {
+            detail += " (keyspace notifications not received)";
+        }
+        if !restored {
+            detail += " (notify-keyspace-events not restored)";
+        }
+        self.evictions.extend(found);
+        Ok(detail)
     }
 
     /// Parks a task of a random worker inside a critical section, kills the
@@ -857,6 +1096,106 @@ impl Run {
     }
 }
 
+/// Memory above what Redis uses when the eviction fault sets `maxmemory`.
+const FILLER_MARGIN: u64 = 256 * 1024;
+/// Size of one filler value.
+const FILLER_SIZE: u64 = 8 * 1024;
+/// Filler keys written per command.
+const FILLER_BATCH: u64 = 8;
+
+/// Writes `ARGV[2]` filler keys `filler:<n>` of `ARGV[3]` bytes, with a
+/// TTL (so that `volatile-lru` may evict them), numbered from `ARGV[1]`.
+const FILL: &str = "\
+local value = string.rep('x', tonumber(ARGV[3]))
+for i = 0, tonumber(ARGV[2]) - 1 do
+  redis.call('SET', 'filler:' .. (tonumber(ARGV[1]) + i), value, 'EX', 60)
+end
+return 1";
+
+/// Deletes every filler key; returns how many there were.
+const UNFILL: &str = "\
+local keys = redis.call('KEYS', 'filler:*')
+for _, key in ipairs(keys) do redis.call('UNLINK', key) end
+return #keys";
+
+/// The lock a key of the suite belongs to (`chaos:{k<i>}` and its companion
+/// keys), and whether it is the lock's own key.
+pub fn lock_of(name: &str) -> Option<(u32, bool)> {
+    let rest = name.strip_prefix(PREFIX)?.strip_prefix("{k")?;
+    let (index, tail) = rest.split_once('}')?;
+    Some((index.parse().ok()?, tail.is_empty()))
+}
+
+/// Subscribes (directly, not through the proxy) to the notifications of
+/// evicted keys and records them until aborted; `ready` fires once
+/// subscribed.
+async fn watch_evictions(
+    port: u16,
+    found: Arc<Mutex<Vec<Evicted>>>,
+    ready: tokio::sync::oneshot::Sender<()>,
+) -> std::io::Result<()> {
+    let stream = tokio::net::TcpStream::connect(("127.0.0.1", port)).await?;
+    let (read, mut write) = stream.into_split();
+    let mut read = BufReader::new(read);
+    let channel = "__keyevent@0__:evicted";
+    let subscribe = format!(
+        "*2\r\n$9\r\nSUBSCRIBE\r\n${}\r\n{channel}\r\n",
+        channel.len()
+    );
+    write.write_all(subscribe.as_bytes()).await?;
+    read_push(&mut read).await?;
+    let _ = ready.send(());
+    loop {
+        let push = read_push(&mut read).await?;
+        let at = now_us();
+        if let [kind, _, key] = push.as_slice()
+            && kind == "message"
+        {
+            let of = lock_of(key);
+            lock(&found).push(Evicted {
+                name: key.clone(),
+                lock: of.map(|(index, _)| index),
+                holder_key: of.is_some_and(|(_, own)| own),
+                at,
+            });
+        }
+    }
+}
+
+/// Reads one RESP array of bulk strings and integers (a pub/sub push).
+async fn read_push<R: tokio::io::AsyncBufRead + Unpin>(
+    read: &mut R,
+) -> std::io::Result<Vec<String>> {
+    async fn line<R: tokio::io::AsyncBufRead + Unpin>(read: &mut R) -> std::io::Result<String> {
+        let mut line = String::new();
+        if read.read_line(&mut line).await? == 0 {
+            return Err(std::io::ErrorKind::UnexpectedEof.into());
+        }
+        Ok(line.trim_end().to_owned())
+    }
+    let bad = || std::io::Error::new(std::io::ErrorKind::InvalidData, "unexpected reply");
+    let head = line(read).await?;
+    let count: usize = head
+        .strip_prefix('*')
+        .and_then(|n| n.parse().ok())
+        .ok_or_else(bad)?;
+    let mut items = Vec::with_capacity(count);
+    for _ in 0..count {
+        let item = line(read).await?;
+        match item.strip_prefix('$') {
+            Some(len) => {
+                let len: usize = len.parse().map_err(|_| bad())?;
+                let mut bytes = vec![0u8; len + 2];
+                read.read_exact(&mut bytes).await?;
+                bytes.truncate(len);
+                items.push(String::from_utf8_lossy(&bytes).into_owned());
+            }
+            None => items.push(item.trim_start_matches(':').to_owned()),
+        }
+    }
+    Ok(items)
+}
+
 fn collect(
     collected: &Shared,
     events: &mpsc::UnboundedSender<(u32, WorkerLine)>,
@@ -895,6 +1234,8 @@ fn collect(
             start: *start,
             end: *end,
         }),
+        WorkerLine::Cancelled { how, .. } => *c.history.cancelled.entry(*how).or_default() += 1,
+        WorkerLine::Exit { held } => c.history.exits.push((worker, *held)),
         WorkerLine::Parked { .. } => {}
     }
     drop(c);
@@ -906,22 +1247,27 @@ fn collect(
     }
 }
 
-/// A fault plan: every kind in turn, shuffled anew each round. In a
-/// topology run, topology faults alternate with the others, and the first
-/// round starts with the first topology fault listed (so that even a short
-/// run has it).
+/// A fault plan: every kind in turn, shuffled anew each round (with its
+/// own generator, so that the plan does not depend on the faults' random
+/// parameters). In a topology run, topology faults alternate with the
+/// others, and the first round starts with the first topology fault listed
+/// (so that even a short run has it). In a single-Redis run, the first
+/// round starts with [`FaultKind::FIRST`], so that the first kind of lock
+/// (exclusive, unless `--kind` says otherwise) meets them even in a short
+/// run.
 struct Plan {
     kinds: Vec<FaultKind>,
     queue: Vec<FaultKind>,
     topology: bool,
     rounds: u32,
+    rng: Rng,
 }
 
 impl Plan {
-    fn next(&mut self, rng: &mut Rng) -> FaultKind {
+    fn next(&mut self) -> FaultKind {
         if self.queue.is_empty() {
             self.queue = self.kinds.clone();
-            rng.shuffle(&mut self.queue);
+            self.rng.shuffle(&mut self.queue);
             if self.topology {
                 let (mut topo, mut rest): (Vec<_>, Vec<_>) = self
                     .queue
@@ -941,6 +1287,14 @@ impl Plan {
                 }
                 order.reverse();
                 self.queue = order;
+            } else if self.rounds == 0 {
+                // The queue is popped from its end: put these last.
+                for first in FaultKind::FIRST.iter().rev() {
+                    if let Some(i) = self.queue.iter().position(|k| k == first) {
+                        let kind = self.queue.remove(i);
+                        self.queue.push(kind);
+                    }
+                }
             }
             self.rounds += 1;
         }
@@ -948,11 +1302,15 @@ impl Plan {
     }
 }
 
-/// Runs the whole suite and returns what it recorded.
+/// Runs the whole suite and returns what it recorded. `skip`: faults of
+/// the fault plan that earlier runs injected. A single-Redis run goes on
+/// with the plan where the previous one stopped, so that short runs of
+/// several kinds of lock together inject every kind of fault.
 pub async fn run(
     options: &Options,
     kind: LockKind,
     setup: Setup,
+    skip: usize,
 ) -> Result<(History, RunInfo), String> {
     let started = now_us();
     let redis = tokio::task::spawn_blocking(move || Topo::start(setup))
@@ -1024,6 +1382,7 @@ pub async fn run(
         faults: Vec::new(),
         crashes: Vec::new(),
         unexpected_exits: 0,
+        evictions: Vec::new(),
     };
     for _ in 0..options.clients {
         run.spawn_worker().await?;
@@ -1051,14 +1410,18 @@ pub async fn run(
         queue: Vec::new(),
         topology: setup != Setup::Single,
         rounds: 0,
+        rng: Rng::new(options.seed, 1),
     };
+    for _ in 0..skip {
+        plan.next();
+    }
     let faults_end = now_us() + clock::micros(options.duration);
     // The longest fault takes about this long; none starts that close to the end.
     let longest = clock::micros(options.lease * 4 + options.wait);
     let mut last_report = now_us();
     while now_us() + longest < faults_end {
         run.reap().await?;
-        let kind = plan.next(&mut run.rng);
+        let kind = plan.next();
         run.inject(kind).await?;
         let gap = Duration::from_millis(run.rng.range(300, 1000));
         tokio::time::sleep(gap).await;
@@ -1074,6 +1437,7 @@ pub async fn run(
         }
     }
     tokio::time::sleep(Duration::from_micros((faults_end - now_us()).max(0) as u64)).await;
+    let stopped_at = now_us();
     let stragglers = run.stop_workers().await;
 
     // Every lock must be free a lease after the last holder stopped.
@@ -1090,6 +1454,8 @@ pub async fn run(
     history.crashes = std::mem::take(&mut run.crashes);
     history.leftover = leftover;
     history.unexpected_exits = run.unexpected_exits;
+    history.evictions = std::mem::take(&mut run.evictions);
+    history.stopped_at = Some(stopped_at);
     history.sections = sections(&collected.sections, &history.writes, &run.deaths);
 
     let info = RunInfo {
@@ -1133,7 +1499,12 @@ fn sections(
                 told: s.told,
                 reason: s.reason,
                 valid_at_told: s.valid_at_told,
-                valid_end: Some(s.valid_end),
+                valid_end: s.valid_end,
+                parent: s.parent.map(|seq| Holder {
+                    worker: *worker,
+                    task: s.task,
+                    seq,
+                }),
             },
         );
     }
@@ -1159,6 +1530,7 @@ fn sections(
                 reason: None,
                 valid_at_told: None,
                 valid_end: None,
+                parent: None,
             },
         );
     }

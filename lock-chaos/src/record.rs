@@ -113,8 +113,13 @@ pub struct SectionLine {
     pub reason: Option<LossKind>,
     /// `guard.valid_until()` when it was told.
     pub valid_at_told: Option<i64>,
-    /// `guard.valid_until()` when it stopped.
-    pub valid_end: i64,
+    /// `guard.valid_until()` when it stopped; unknown for a locked call
+    /// (a `#[distributed_lock]` function's body sees no guard).
+    pub valid_end: Option<i64>,
+    /// For a locked call made inside another critical section of the same
+    /// task: that section's number. A call on the same key re-enters it (the
+    /// two are one holder); a call on another key is a holder of its own.
+    pub parent: Option<u64>,
 }
 
 /// How an acquire ended without a guard.
@@ -156,6 +161,40 @@ pub enum ReleaseOutcome {
     Lost,
     /// Any other error (Redis unreachable: the lease runs out instead).
     Error,
+}
+
+/// How an acquisition was cancelled while it waited.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum CancelHow {
+    /// A `tokio::time::timeout` around `acquire()` ran out and dropped it.
+    Timeout,
+    /// The task running `acquire()` was aborted.
+    Abort,
+}
+
+impl CancelHow {
+    fn code(self) -> &'static str {
+        match self {
+            CancelHow::Timeout => "timeout",
+            CancelHow::Abort => "abort",
+        }
+    }
+
+    fn from_code(code: &str) -> Option<CancelHow> {
+        Some(match code {
+            "timeout" => CancelHow::Timeout,
+            "abort" => CancelHow::Abort,
+            _ => return None,
+        })
+    }
+
+    /// A name for reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            CancelHow::Timeout => "dropped by a `tokio::time::timeout`",
+            CancelHow::Abort => "its task aborted",
+        }
+    }
 }
 
 /// A call the worker's watchdog gave up on.
@@ -230,6 +269,26 @@ pub enum WorkerLine {
         /// The fencing token it holds.
         token: u64,
     },
+    /// `X <task> <key> <timeout|abort> <start> <end>`: an acquisition
+    /// cancelled while it waited (its future dropped).
+    Cancelled {
+        /// Task number.
+        task: u32,
+        /// Key index.
+        key: u32,
+        /// How it was cancelled.
+        how: CancelHow,
+        /// When it was called.
+        start: i64,
+        /// When it was cancelled.
+        end: i64,
+    },
+    /// `E <held>`: the worker's tasks have stopped; `LockClient::held()`
+    /// then (locks its watchdog still renews: 0 unless a guard leaked).
+    Exit {
+        /// Locks still held by the client.
+        held: u64,
+    },
 }
 
 struct Opt<T>(Option<T>);
@@ -249,7 +308,7 @@ impl fmt::Display for WorkerLine {
             WorkerLine::Hello { client } => write!(f, "I {client}"),
             WorkerLine::Section(s) => write!(
                 f,
-                "C {} {} {} {} {} {} {} {} {} {} {} {}",
+                "C {} {} {} {} {} {} {} {} {} {} {} {} {}",
                 s.task,
                 s.seq,
                 s.key,
@@ -261,7 +320,8 @@ impl fmt::Display for WorkerLine {
                 Opt(s.told),
                 Opt(s.reason.map(LossKind::code)),
                 Opt(s.valid_at_told),
-                s.valid_end
+                Opt(s.valid_end),
+                Opt(s.parent)
             ),
             WorkerLine::Released { task, seq, outcome } => {
                 let outcome = match outcome {
@@ -293,6 +353,14 @@ impl fmt::Display for WorkerLine {
             }
             WorkerLine::Stalled { start, end } => write!(f, "S {start} {end}"),
             WorkerLine::Parked { task, key, token } => write!(f, "P {task} {key} {token}"),
+            WorkerLine::Cancelled {
+                task,
+                key,
+                how,
+                start,
+                end,
+            } => write!(f, "X {task} {key} {} {start} {end}", how.code()),
+            WorkerLine::Exit { held } => write!(f, "E {held}"),
         }
     }
 }
@@ -343,7 +411,8 @@ impl WorkerLine {
                     code => Some(LossKind::from_code(code)?),
                 },
                 valid_at_told: f.opt()?,
-                valid_end: f.next()?,
+                valid_end: f.opt()?,
+                parent: f.opt()?,
             }),
             "D" => WorkerLine::Released {
                 task: f.next()?,
@@ -382,6 +451,14 @@ impl WorkerLine {
                 key: f.next()?,
                 token: f.next()?,
             },
+            "X" => WorkerLine::Cancelled {
+                task: f.next()?,
+                key: f.next()?,
+                how: CancelHow::from_code(f.word()?)?,
+                start: f.next()?,
+                end: f.next()?,
+            },
+            "E" => WorkerLine::Exit { held: f.next()? },
             _ => return None,
         };
         f.done()?;

@@ -5,7 +5,7 @@ use std::fmt::Write as _;
 use crate::checker::{ARRIVAL_SLACK_US, FaultKind, Figures, History, Overlap, Spread};
 use crate::options::{LockKind, Options, PERMITS, Setup};
 use crate::orchestrator::RunInfo;
-use crate::record::{FailKind, LossKind, ReleaseOutcome};
+use crate::record::{CancelHow, FailKind, LossKind, ReleaseOutcome};
 
 /// How many examples of each violation to list.
 const EXAMPLES: usize = 5;
@@ -84,8 +84,13 @@ fn overlap_line(o: &Overlap, history: &History, t0: i64) -> String {
         ),
         _ => "never told".into(),
     };
+    let one_task = if in_one_task(o) {
+        " (both in one task: locked calls joined in one critical section)"
+    } else {
+        ""
+    };
     format!(
-        "k{}: {} (token {}, acquired at {}) still held when {} (token {}) acquired at {}; \
+        "k{}: {} (token {}, acquired at {}) still held when {} (token {}) acquired at {}{one_task}; \
          both held it for {}; the first was {told}; faults within a lease: {}",
         o.key,
         o.first,
@@ -97,6 +102,15 @@ fn overlap_line(o: &Overlap, history: &History, t0: i64) -> String {
         ms(o.overlap_us),
         faults_around(history, o.second_acquired, t0)
     )
+}
+
+/// How the findings name overlaps of two holders in one task.
+const ONE_TASK: &str = "two holders in one task (joined locked calls)";
+
+/// Whether both holders of an overlap are sections of one task: locked
+/// calls made in one critical section, which ran at once (joined).
+fn in_one_task(o: &Overlap) -> bool {
+    (o.first.worker, o.first.task) == (o.second.worker, o.second.task)
 }
 
 /// One run of one kind of lock, and what the checker made of it.
@@ -226,10 +240,12 @@ fn topologies(w: &mut String, options: &Options, single: &[KindRun], runs: &[&Ki
         w,
         "The same workload of `lock(k)` on a real Cluster, Sentinel group and set of Redlock \
          masters, with that topology's faults (failovers, master kills, pauses, a partition \
-         through a proxy) plus worker stalls and kills. Each must be 0, except in the run \
+         through a proxy) plus worker stalls and kills. Each must be 0, except in the runs \
          marked as measured: Sentinel **without** `min_replicas` grants a lock before any \
-         replica has it, so a failover can lose grants and fencing-counter increments; its \
-         figures show how often that happened here.\n"
+         replica has it, so a failover can lose grants and fencing-counter increments; and \
+         the eviction run makes one server evict lock keys (`volatile-lru` under a \
+         `maxmemory` just above its use), which the client refuses unless built with \
+         `.allow_eviction(true)`. Their figures show how often that broke the lock here.\n"
     );
     let single = single.iter().find(|run| run.kind == LockKind::Exclusive);
     let mut columns: Vec<(String, &KindRun)> = Vec::new();
@@ -281,6 +297,13 @@ fn topologies(w: &mut String, options: &Options, single: &[KindRun], runs: &[&Ki
         let _ = write!(w, "| {name} |");
         for (_, run) in &columns {
             let _ = write!(w, " {} |", value(run));
+        }
+        let _ = writeln!(w);
+    }
+    if columns.iter().any(|(_, run)| run.setup == Setup::Eviction) {
+        let _ = write!(w, "| *lock keys evicted while held (grants lost)* |");
+        for (_, run) in &columns {
+            let _ = write!(w, " {} |", run.figures.evicted_held);
         }
         let _ = writeln!(w);
     }
@@ -422,6 +445,28 @@ fn details(w: &mut String, options: &Options, run: &KindRun, h: &str) {
         "acquires that failed: other errors",
         failures(FailKind::Other).to_string(),
     );
+    let cancelled = |how| figures.cancelled.get(&how).copied().unwrap_or(0);
+    row(
+        w,
+        "acquires cancelled while waiting: dropped by a timeout / task aborted",
+        format!(
+            "{} / {}",
+            cancelled(CancelHow::Timeout),
+            cancelled(CancelHow::Abort)
+        ),
+    );
+    if matches!(kind, LockKind::Exclusive | LockKind::Fair) {
+        row(
+            w,
+            "locked calls inside a critical section: re-entries of its lock / calls on another lock (joined in pairs)",
+            format!("{} / {}", figures.reentries, figures.nested_calls),
+        );
+        row(
+            w,
+            "time a re-entry took (min / p50 / p99 / max)",
+            spread(&figures.reentry_wait),
+        );
+    }
     let releases = |kind| figures.releases.get(&kind).copied().unwrap_or(0);
     row(
         w,
@@ -504,6 +549,28 @@ fn details(w: &mut String, options: &Options, run: &KindRun, h: &str) {
     );
     row(
         w,
+        "locks a client still held once its tasks had stopped",
+        figures.held_at_exit.to_string(),
+    );
+    if !figures.recoveries.is_empty() {
+        let workers: usize = figures.recoveries.iter().map(|r| r.workers).sum();
+        let back: usize = figures.recoveries.iter().map(|r| r.back).sum();
+        let slowest = figures.recoveries.iter().filter_map(|r| r.slowest).max();
+        row(
+            w,
+            "after a black hole was lifted: clients that took a lock again / clients that had one before; slowest",
+            format!("{back} / {workers}; {}", slowest.map_or("–".to_owned(), ms)),
+        );
+    }
+    if *setup == Setup::Eviction || !history.evictions.is_empty() {
+        row(
+            w,
+            "keys of the locks Redis evicted / a lock's own key evicted while held (grants lost)",
+            format!("{} / {}", figures.evicted_lock_keys, figures.evicted_held),
+        );
+    }
+    row(
+        w,
         "connections through the proxy",
         info.proxy_connections.to_string(),
     );
@@ -558,6 +625,9 @@ fn details(w: &mut String, options: &Options, run: &KindRun, h: &str) {
         let count = figures.faults.get(&kind).copied().unwrap_or(0);
         let _ = writeln!(w, "| {} | {count} | {} |", kind.name(), kind.description());
     }
+    if *setup == Setup::Single {
+        fault_details(w, history, figures, t0);
+    }
 
     if !figures.is_safe() || !figures.frozen_overlaps.is_empty() {
         let _ = writeln!(w, "\n{h} Findings\n");
@@ -579,7 +649,11 @@ fn details(w: &mut String, options: &Options, run: &KindRun, h: &str) {
     if !figures.unwarned_overlaps.is_empty() {
         let mut by_fault: std::collections::BTreeMap<String, usize> = Default::default();
         for o in &figures.unwarned_overlaps {
-            let last = o.last_fault.map_or("none", FaultKind::name);
+            let last = if in_one_task(o) {
+                ONE_TASK
+            } else {
+                o.last_fault.map_or("none", FaultKind::name)
+            };
             *by_fault.entry(last.to_owned()).or_default() += 1;
         }
         let _ = writeln!(
@@ -599,24 +673,35 @@ fn details(w: &mut String, options: &Options, run: &KindRun, h: &str) {
         let mut kinds: Vec<FaultKind> = figures
             .unwarned_overlaps
             .iter()
+            .filter(|o| !in_one_task(o))
             .filter_map(|o| o.last_fault)
             .collect();
         kinds.sort();
         kinds.dedup();
-        if !kinds.is_empty() {
+        // `--faults` names the single-server runs' faults; a topology run
+        // injects its own.
+        kinds.retain(|k| FaultKind::ALL.contains(k));
+        let single = *setup == Setup::Single;
+        if !single || !kinds.is_empty() {
             let only = Options {
-                faults: kinds,
+                faults: if single {
+                    kinds
+                } else {
+                    Options::default().faults
+                },
                 kinds: vec![kind],
+                topologies: vec![setup.topology()],
                 duration: std::time::Duration::from_secs(30),
                 report: None,
                 ci: false,
                 ..options.clone()
             };
-            let _ = writeln!(
-                w,
-                "\nTo reproduce with only those faults: `{}`",
-                only.command()
-            );
+            let what = if single {
+                "with only those faults"
+            } else {
+                "this run alone"
+            };
+            let _ = writeln!(w, "\nTo reproduce {what}: `{}`", only.command());
         }
         let _ = writeln!(w);
     }
@@ -713,13 +798,68 @@ fn details(w: &mut String, options: &Options, run: &KindRun, h: &str) {
     }
 }
 
+/// Faults of a single-Redis run whose every instance is described (what
+/// the restart from a snapshot found, how clients came back after a black
+/// hole); the first few of each.
+fn fault_details(w: &mut String, history: &History, figures: &Figures, t0: i64) {
+    const DESCRIBED: [FaultKind; 2] = [FaultKind::RedisRestartStale, FaultKind::ProxyBlackhole];
+    const SHOWN: usize = 10;
+    let mut blackholes = figures.recoveries.iter();
+    let mut lines: Vec<(FaultKind, String)> = Vec::new();
+    for f in &history.faults {
+        if !DESCRIBED.contains(&f.kind) {
+            continue;
+        }
+        let mut line = format!(
+            "{} {}–{}: {}",
+            f.kind,
+            ms(f.start - t0),
+            ms(f.end - t0),
+            f.detail
+        );
+        if f.kind == FaultKind::ProxyBlackhole
+            && let Some(r) = blackholes.next()
+        {
+            line += &format!(
+                "; after the lift, first lock taken after {}, clients that took one again {} / {}{}",
+                r.first_grant.map_or("–".to_owned(), ms),
+                r.back,
+                r.workers,
+                r.slowest
+                    .map_or(String::new(), |s| format!(" (the last after {})", ms(s)))
+            );
+        }
+        lines.push((f.kind, line));
+    }
+    if lines.is_empty() {
+        return;
+    }
+    let _ = writeln!(w, "\nWhat they did (times from the start of the run):\n");
+    for kind in DESCRIBED {
+        let of_kind: Vec<&String> = lines
+            .iter()
+            .filter(|(k, _)| *k == kind)
+            .map(|(_, l)| l)
+            .collect();
+        for line in of_kind.iter().take(SHOWN) {
+            let _ = writeln!(w, "- {line}");
+        }
+        if of_kind.len() > SHOWN {
+            let _ = writeln!(w, "- ... and {} more {kind}", of_kind.len() - SHOWN);
+        }
+    }
+}
+
 const TOPOLOGY_DEFINITIONS: &str = "\
 - **Topology runs**: the crash check and the lock keys left at the end look where the \
 deployment keeps the lock: the Cluster node serving its slot, the master the Sentinels \
 name, or every running Redlock master (held on any one of them counts). The clients reach \
 Cluster and Sentinel nodes directly; each Redlock master is behind its own loopback proxy, \
-which is how one master is partitioned. The verdict for the run labelled *measured* (Sentinel \
-without `min_replicas`) does not fail the suite.
+which is how one master is partitioned. The verdicts of the runs labelled *measured* (Sentinel \
+without `min_replicas`, eviction) do not fail the suite.
+- **Eviction run**: the `eviction` fault learns which keys Redis evicted from its keyspace \
+notifications (`__keyevent@0__:evicted`). A **grant lost** is a lock's own key evicted while a \
+holder held it: the lock was free for anyone while its holder went on.
 ";
 
 const DEFINITIONS: &str = "\
@@ -731,7 +871,21 @@ mode, each with a single-threaded Tokio runtime, one `LockClient` and several ta
 task takes a random lock over and over; inside the critical section it writes a begin \
 marker with `guard.fence()`, holds the lock 5–60 ms while `select!`ing on `guard.lost()`, \
 writes an end marker unless told of loss, and releases. Every time is `CLOCK_MONOTONIC`, \
-one clock for every process.
+one clock for every process. The tasks also do what callers do:
+
+- **Cancelled acquisitions**: one acquisition in 10, of whatever kind of lock the run takes, \
+is given up after 1–150 ms by dropping its future, through a `tokio::time::timeout` or by \
+aborting a task that awaits it. One that got the lock first is a critical section like any \
+other.
+- **Locked calls** (exclusive and fair locks): one critical section in 8, on a lock `k<i>` \
+with a lock above it, calls `#[distributed_lock]` functions inside `guard.scope`: one on its \
+own lock, which re-enters it (depth 2), then two joined with `tokio::join!`, each on the same \
+lock `k<j>`, j > i. Each call is a critical section of its own (the holder is the worker, \
+task and section number, not the process or the task): the two joined calls must exclude \
+each other, each with its own owner and token, although they run in one task. A re-entry is \
+the same holder as the section it re-enters, and is judged as part of it. A call's body has \
+no guard: it is told of loss by being dropped (its interval ends then), and has no validity \
+deadline, so a worker stall waits until no locked call is under way.
 
 - **Unwarned interval** of a holder: from when `acquire()` returned the guard to the \
 earliest of: when it began releasing, when it noticed `lost()`, and the death of its process. \
@@ -755,4 +909,10 @@ frozen is added).
 - **Loss notices > 100 ms after the deadline**: holders told of loss more than 100 ms after \
 their validity deadline, or that ran that far past it untold, while their process was not \
 frozen. Diagnostic: on a loaded 2-core machine scheduling alone can cause a few.
+- **After a black hole**: the clients that had taken a lock before a `proxy-blackhole` \
+fault, and whether (and how soon after the lift) each took one again before the run \
+stopped; clients killed meanwhile are left out.
+- **Locks a client still held once its tasks had stopped**: `LockClient::held()` when a \
+worker's tasks have all stopped; a guard lost track of (say, by a cancelled acquisition) \
+would keep its lock renewed.
 ";

@@ -4,6 +4,18 @@
 //! The kind of lock ([`LockKind`]) is the same for every task of a run; a
 //! multi-key section writes and reports once per key, with that key's token.
 //!
+//! The tasks also do what real callers do:
+//!
+//! - they give up on some acquisitions while they wait: the future is
+//!   dropped by a short `tokio::time::timeout`, or the task awaiting it is
+//!   aborted ([`CANCEL_ONE_IN`]);
+//! - with exclusive and fair locks, some critical sections make locked
+//!   calls ([`LOCKED_CALLS_ONE_IN`]): a `#[distributed_lock]` function on
+//!   the section's own lock (a re-entry), then two such calls joined with
+//!   `tokio::join!`, each on one other lock. Each call reports a section of
+//!   its own, naming the section it was made in, so that the checker can
+//!   tell two holders in one task apart.
+//!
 //! The runtime is single-threaded on purpose: a stall fault
 //! (`std::thread::sleep` inside a critical section) then freezes the whole
 //! client, its watchdog included, like a long GC pause or a starved host.
@@ -13,17 +25,20 @@ use std::io::Write as _;
 use std::net::SocketAddr;
 use std::pin::pin;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::time::Duration;
 
-use lock_runtime::{Deployment, LockClient, LockError, LockGuard, LossReason};
+use lock_runtime::{
+    Deployment, LockClient, LockError, LockGuard, LockRequest, LossReason, distributed_lock,
+};
 use tokio::io::AsyncBufReadExt;
 use tokio::time::Instant;
 
 use crate::clock::{self, now_us};
 use crate::options::{LockKind, PERMITS};
 use crate::record::{
-    Call, FailKind, LossKind, ReleaseOutcome, Role, SectionLine, WorkerLine, WriteRequest,
+    Call, CancelHow, FailKind, LossKind, ReleaseOutcome, Role, SectionLine, WorkerLine,
+    WriteRequest,
 };
 use crate::resource::Writer;
 use crate::rng::Rng;
@@ -65,6 +80,9 @@ pub struct WorkerConfig {
     pub kind: LockKind,
     /// The client's `min_replicas` (0: not set).
     pub min_replicas: u32,
+    /// Whether the client may connect to a server that evicts keys (the
+    /// eviction run).
+    pub allow_eviction: bool,
 }
 
 /// The worker argument naming a deployment other than one server:
@@ -111,6 +129,7 @@ impl WorkerConfig {
             self.seed.to_string(),
             self.kind.name().to_owned(),
             self.min_replicas.to_string(),
+            self.allow_eviction.to_string(),
         ]
     }
 
@@ -130,6 +149,7 @@ impl WorkerConfig {
             seed,
             kind,
             min_replicas,
+            allow_eviction,
         ] = args
         else {
             return None;
@@ -149,6 +169,7 @@ impl WorkerConfig {
             seed: seed.parse().ok()?,
             kind: LockKind::from_name(kind)?,
             min_replicas: min_replicas.parse().ok()?,
+            allow_eviction: allow_eviction.parse().ok()?,
         })
     }
 }
@@ -163,6 +184,10 @@ struct Shared {
     park: AtomicBool,
     /// Total time this process spent stalled, in microseconds.
     stalled_us: AtomicU64,
+    /// Sections making locked calls right now.
+    locked_calls: AtomicU32,
+    /// A stall waits for the locked calls to end: start no new ones.
+    stall_pending: AtomicBool,
 }
 
 /// Prints one line on stdout at once.
@@ -192,6 +217,9 @@ async fn connect(config: &WorkerConfig) -> LockClient {
         let mut builder = LockClient::builder(parse_deployment(&config.url));
         if config.min_replicas > 0 {
             builder = builder.min_replicas(config.min_replicas);
+        }
+        if config.allow_eviction {
+            builder = builder.allow_eviction(true);
         }
         let connecting = builder
             .prefix(PREFIX)
@@ -232,6 +260,9 @@ async fn main(config: WorkerConfig) -> std::process::ExitCode {
     for task in tasks {
         let _ = task.await;
     }
+    emit(WorkerLine::Exit {
+        held: client.held() as u64,
+    });
     std::process::ExitCode::SUCCESS
 }
 
@@ -284,15 +315,78 @@ fn fail_kind(err: &LockError) -> FailKind {
     }
 }
 
+fn loss_reason(reason: LossReason) -> LossKind {
+    match reason {
+        LossReason::NotHeld => LossKind::NotHeld,
+        LossReason::Expired => LossKind::Expired,
+        LossReason::NotHeldAtRelease => LossKind::AtRelease,
+        _ => LossKind::Other,
+    }
+}
+
 fn loss_kind(guard: &LockGuard) -> LossKind {
     match guard.lost_error() {
-        LockError::Lost { reason, .. } => match reason {
-            LossReason::NotHeld => LossKind::NotHeld,
-            LossReason::Expired => LossKind::Expired,
-            LossReason::NotHeldAtRelease => LossKind::AtRelease,
-            _ => LossKind::Other,
-        },
+        LockError::Lost { reason, .. } => loss_reason(reason),
         _ => LossKind::Other,
+    }
+}
+
+/// What an acquisition ended with.
+enum Acquired {
+    /// The guard, and when `acquire()` returned it.
+    Guard(LockGuard, i64),
+    /// An error.
+    Failed(LockError),
+    /// Cancelled while it waited.
+    Cancelled(CancelHow),
+    /// The watchdog gave up on it.
+    Hung,
+}
+
+/// One in this many acquisitions is cancelled if it takes more than 1 to
+/// 150 ms.
+pub const CANCEL_ONE_IN: u64 = 10;
+
+/// One in this many critical sections (of exclusive and fair locks, on a
+/// lock with another above it) makes locked calls: a re-entry, then two
+/// calls joined on another lock.
+pub const LOCKED_CALLS_ONE_IN: u64 = 8;
+
+/// Takes `request`, as callers do: awaited to the end, or (with `cancel`)
+/// given up after a while by dropping the future, through a timeout or by
+/// aborting the task that awaits it.
+async fn take(
+    shared: &Shared,
+    request: LockRequest,
+    limit: Duration,
+    cancel: Option<(CancelHow, Duration)>,
+) -> Acquired {
+    match cancel {
+        None => match bounded(shared, limit, request.acquire()).await {
+            Some(Ok(guard)) => Acquired::Guard(guard, now_us()),
+            Some(Err(err)) => Acquired::Failed(err),
+            None => Acquired::Hung,
+        },
+        Some((CancelHow::Timeout, after)) => {
+            match tokio::time::timeout(after, request.acquire()).await {
+                Ok(Ok(guard)) => Acquired::Guard(guard, now_us()),
+                Ok(Err(err)) => Acquired::Failed(err),
+                Err(_) => Acquired::Cancelled(CancelHow::Timeout),
+            }
+        }
+        Some((CancelHow::Abort, after)) => {
+            let waiting = tokio::spawn(async move {
+                let result = request.acquire().await;
+                (result, now_us())
+            });
+            tokio::time::sleep(after).await;
+            waiting.abort();
+            match waiting.await {
+                Ok((Ok(guard), at)) => Acquired::Guard(guard, at),
+                Ok((Err(err), _)) => Acquired::Failed(err),
+                Err(_) => Acquired::Cancelled(CancelHow::Abort),
+            }
+        }
     }
 }
 
@@ -304,6 +398,8 @@ async fn task_loop(
     mut rng: Rng,
 ) {
     let mut writer = Writer::new(config.resource);
+    // The writers of two locked calls joined inside a section.
+    let mut joined = [Writer::new(config.resource), Writer::new(config.resource)];
     let mut seq = 0u64;
     let acquire_limit = config.wait + config.command_timeout + HANG_SLACK;
     let release_limit = config.command_timeout + HANG_SLACK;
@@ -325,11 +421,24 @@ async fn task_loop(
                 )
             }
         };
+        let cancel = (rng.below(CANCEL_ONE_IN) == 0).then(|| {
+            let how = if rng.below(2) == 0 {
+                CancelHow::Timeout
+            } else {
+                CancelHow::Abort
+            };
+            (how, Duration::from_millis(rng.range(1, 150)))
+        });
+        // Locked calls inside this section: on a key above this one, so
+        // that every task takes its locks in one order (no deadlock).
+        let calls_on = (matches!(config.kind, LockKind::Exclusive | LockKind::Fair)
+            && u64::from(key) + 1 < keys
+            && rng.below(LOCKED_CALLS_ONE_IN) == 0)
+            .then(|| rng.range(u64::from(key) + 1, keys - 1) as u32);
         let start = now_us();
-        let acquiring = request.acquire();
-        let guard = match bounded(&shared, acquire_limit, acquiring).await {
-            Some(Ok(guard)) => guard,
-            Some(Err(err)) => {
+        let (guard, acquired) = match take(&shared, request, acquire_limit, cancel).await {
+            Acquired::Guard(guard, acquired) => (guard, acquired),
+            Acquired::Failed(err) => {
                 emit(WorkerLine::Failed {
                     task,
                     key,
@@ -340,7 +449,17 @@ async fn task_loop(
                 tokio::time::sleep(Duration::from_millis(rng.range(5, 50))).await;
                 continue;
             }
-            None => {
+            Acquired::Cancelled(how) => {
+                emit(WorkerLine::Cancelled {
+                    task,
+                    key,
+                    how,
+                    start,
+                    end: now_us(),
+                });
+                continue;
+            }
+            Acquired::Hung => {
                 emit(WorkerLine::Hung {
                     task,
                     key,
@@ -352,7 +471,6 @@ async fn task_loop(
             }
         };
         seq += 1;
-        let acquired = now_us();
         // Every key the guard holds with its own token (one but for multi).
         let parts: Vec<(u32, u64)> = guard
             .fences()
@@ -373,17 +491,27 @@ async fn task_loop(
             acquired,
             told: None,
         };
-        section.run(&shared, &mut rng).await;
+        // No locked calls while a stall is on its way: their holders have
+        // no guard to read a deadline from, which a frozen holder needs.
+        match calls_on {
+            Some(other) if !shared.stall_pending.load(Ordering::SeqCst) => {
+                section
+                    .run_locked_calls(&shared, &client, other, &mut seq, &mut joined)
+                    .await
+            }
+            _ => section.run(&shared, &mut rng).await,
+        }
         let (told, reason, valid_at_told) = match section.told {
             Some((at, valid)) => (Some(at), Some(loss_kind(&guard)), Some(valid)),
             None => (None, None, None),
         };
+        let section_seq = section.seq;
         let release = now_us();
         let valid_end = clock::instant_us(guard.valid_until());
         for &(key, token) in &parts {
             emit(WorkerLine::Section(SectionLine {
                 task,
-                seq,
+                seq: section_seq,
                 key,
                 role,
                 token,
@@ -393,7 +521,8 @@ async fn task_loop(
                 told,
                 reason,
                 valid_at_told,
-                valid_end,
+                valid_end: Some(valid_end),
+                parent: None,
             }));
         }
         let outcome = match bounded(&shared, release_limit, guard.release()).await {
@@ -411,9 +540,159 @@ async fn task_loop(
                 continue;
             }
         };
-        emit(WorkerLine::Released { task, seq, outcome });
+        emit(WorkerLine::Released {
+            task,
+            seq: section_seq,
+            outcome,
+        });
         tokio::time::sleep(Duration::from_millis(rng.range(0, 20))).await;
     }
+}
+
+/// A call of a `#[distributed_lock]` function made inside a critical
+/// section, and what its body saw.
+struct LockedCall<'a> {
+    client: &'a LockClient,
+    config: &'a WorkerConfig,
+    writer: &'a mut Writer,
+    task: u32,
+    /// Its own section number.
+    seq: u64,
+    /// The section it is made in.
+    parent: u64,
+    /// The lock it takes.
+    key: u32,
+    /// Whom its writes are from: a re-entry writes as the section it
+    /// re-enters (number, acquisition time); another call as itself.
+    writes_as: Option<(u64, i64)>,
+    /// How long its body holds the lock.
+    hold: Duration,
+    /// When it was called.
+    start: i64,
+    /// When its body began, and with which token.
+    acquired: Option<(i64, u64)>,
+    /// When its body finished (not when it was dropped).
+    finished: Option<i64>,
+    /// What the call returned, and when.
+    returned: Option<(Result<(), LockError>, i64)>,
+}
+
+impl LockedCall<'_> {
+    /// The body of the locked functions: writes, holds, writes.
+    async fn body(&mut self) {
+        let acquired = now_us();
+        let token = lock_runtime::current().map_or(0, |lock| lock.fence);
+        self.acquired = Some((acquired, token));
+        self.write(true).await;
+        tokio::time::sleep(self.hold).await;
+        self.write(false).await;
+        self.finished = Some(now_us());
+    }
+
+    async fn write(&mut self, begin: bool) {
+        let Some((acquired, token)) = self.acquired else {
+            return;
+        };
+        let (seq, acquired) = self.writes_as.unwrap_or((self.seq, acquired));
+        let request = WriteRequest {
+            worker: self.config.id,
+            task: self.task,
+            seq,
+            key: self.key,
+            role: Role::Exclusive,
+            token,
+            begin,
+            acquired,
+        };
+        for _ in 0..3 {
+            if self.writer.write(&request).await.is_ok() {
+                break;
+            }
+        }
+    }
+
+    /// Calls the locked function of the run's kind of lock.
+    async fn call(&mut self) {
+        self.start = now_us();
+        let key = self.key;
+        let result = if self.config.kind == LockKind::Fair {
+            fair_locked_call(self, key).await
+        } else {
+            locked_call(self, key).await
+        };
+        self.returned = Some((result, now_us()));
+    }
+
+    /// Reports the call: its critical section if its body ran (ended when
+    /// the body finished, or when it was dropped: the holder was told), or
+    /// the error it returned. `stopped`: when the enclosing section's work
+    /// ended (the call was dropped then if it had not returned).
+    fn report(self, stopped: i64) {
+        let returned = self.returned.as_ref().map(|(_, at)| *at).unwrap_or(stopped);
+        let result = self.returned.as_ref().map(|(result, _)| result);
+        let Some((acquired, token)) = self.acquired else {
+            if let Some(Err(err)) = result {
+                emit(WorkerLine::Failed {
+                    task: self.task,
+                    key: self.key,
+                    kind: fail_kind(err),
+                    start: self.start,
+                    end: returned,
+                });
+            }
+            return;
+        };
+        let (release, told, reason) = match self.finished {
+            Some(done) => (done, None, None),
+            None => {
+                let reason = match result {
+                    Some(Err(LockError::Lost { reason, .. })) => loss_reason(*reason),
+                    _ => LossKind::Other,
+                };
+                (returned, Some(returned), Some(reason))
+            }
+        };
+        emit(WorkerLine::Section(SectionLine {
+            task: self.task,
+            seq: self.seq,
+            key: self.key,
+            role: Role::Exclusive,
+            token,
+            start: self.start,
+            acquired,
+            release,
+            told,
+            reason,
+            valid_at_told: None,
+            valid_end: None,
+            parent: Some(self.parent),
+        }));
+        let outcome = match result {
+            Some(Ok(())) => ReleaseOutcome::Ok,
+            Some(Err(err)) if !err.is_lost() => ReleaseOutcome::Error,
+            // Lost, or dropped with the section it was made in.
+            _ => ReleaseOutcome::Lost,
+        };
+        emit(WorkerLine::Released {
+            task: self.task,
+            seq: self.seq,
+            outcome,
+        });
+    }
+}
+
+/// A locked function: the lock `k<key>`, from the client the call names.
+#[distributed_lock(key = "k<key>", client = call.client)]
+async fn locked_call(call: &mut LockedCall<'_>, key: u32) -> Result<(), LockError> {
+    call.body().await;
+    Ok(())
+}
+
+/// The same, with a fair lock.
+#[distributed_lock(key = "k<key>", fair = true, client = call.client)]
+async fn fair_locked_call(call: &mut LockedCall<'_>, key: u32) -> Result<(), LockError> {
+    call.body().await;
+    Ok(())
 }
 
 /// One critical section in progress.
@@ -473,13 +752,102 @@ impl Section<'_> {
         }
     }
 
+    /// A critical section that makes locked calls (`#[distributed_lock]`
+    /// functions), as real callers nest them: one on its own lock, which
+    /// re-enters it (depth 2), then two joined with `tokio::join!`, each on
+    /// the lock `k<other>`. The two joined calls are two holders of
+    /// `k<other>`: each must get its own owner and token and wait for the
+    /// other. `seq` numbers the calls' sections.
+    async fn run_locked_calls(
+        &mut self,
+        shared: &Shared,
+        client: &LockClient,
+        other: u32,
+        seq: &mut u64,
+        joined: &mut [Writer; 2],
+    ) {
+        self.write(true).await;
+        if self.told.is_some() {
+            return;
+        }
+        let (own, acquired) = (self.parts[0].0, self.acquired);
+        let mut next = || {
+            *seq += 1;
+            *seq
+        };
+        let (reentry_seq, first_seq, second_seq) = (next(), next(), next());
+        let [first_writer, second_writer] = joined;
+        let make = |writer, seq, key, writes_as| LockedCall {
+            client,
+            config: self.config,
+            writer,
+            task: self.task,
+            seq,
+            parent: self.seq,
+            key,
+            writes_as,
+            hold: Duration::from_millis(10 + seq % 30),
+            start: now_us(),
+            acquired: None,
+            finished: None,
+            returned: None,
+        };
+        let mut reentry = make(
+            &mut *self.writer,
+            reentry_seq,
+            own,
+            Some((self.seq, acquired)),
+        );
+        let mut first = make(first_writer, first_seq, other, None);
+        let mut second = make(second_writer, second_seq, other, None);
+        // The re-entry, then the joined calls, each waiting up to its wait.
+        let limit = (self.config.wait + self.config.command_timeout + HANG_SLACK) * 3;
+        shared.locked_calls.fetch_add(1, Ordering::SeqCst);
+        let work = async {
+            reentry.call().await;
+            tokio::join!(first.call(), second.call());
+        };
+        let done = bounded(shared, limit, self.guard.scope(work)).await;
+        let stopped = now_us();
+        shared.locked_calls.fetch_sub(1, Ordering::SeqCst);
+        for call in [reentry, first, second] {
+            call.report(stopped);
+        }
+        match done {
+            // The section's own lock was lost: its work was dropped.
+            Some(Err(_)) => self.notice(),
+            Some(Ok(())) => {}
+            None => emit(WorkerLine::Hung {
+                task: self.task,
+                key: other,
+                call: Call::Acquire,
+                start: acquired,
+                limit_ms: limit.as_millis() as u64,
+            }),
+        }
+        if self.told.is_none() {
+            self.write(false).await;
+        }
+        if self.told.is_none() && self.guard.is_lost() {
+            self.notice();
+        }
+    }
+
     async fn run(&mut self, shared: &Shared, rng: &mut Rng) {
         self.write(true).await;
         let stall = shared.stall_ms.swap(0, Ordering::SeqCst);
         if stall > 0 {
+            // Holders in locked calls have no deadline the checker could
+            // end a frozen holder's interval at: let theirs finish first,
+            // and no new ones start meanwhile.
+            shared.stall_pending.store(true, Ordering::SeqCst);
+            while shared.locked_calls.load(Ordering::SeqCst) > 0 {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
             let start = now_us();
             std::thread::sleep(Duration::from_millis(stall));
             let end = now_us();
+            shared.stall_pending.store(false, Ordering::SeqCst);
             shared
                 .stalled_us
                 .fetch_add((end - start) as u64, Ordering::SeqCst);

@@ -1,10 +1,11 @@
 //! The checker's definitions on hand-made histories.
 
 use lock_chaos::checker::{
-    CrashCheck, Fault, FaultKind, History, Holder, Section, Stall, Write, analyze, claim_end,
+    CrashCheck, Evicted, Fault, FaultKind, History, Holder, Section, Stall, Write, analyze,
+    claim_end,
 };
 use lock_chaos::options::{LockKind, Options, Parsed, parse, parse_duration};
-use lock_chaos::record::{LossKind, Role, SectionLine, WorkerLine, WriteRequest};
+use lock_chaos::record::{CancelHow, LossKind, Role, SectionLine, WorkerLine, WriteRequest};
 use std::time::Duration;
 
 const LEASE: i64 = 1_000_000;
@@ -32,6 +33,7 @@ fn section(worker: u32, token: u64, acquired: i64, end: i64) -> Section {
         reason: None,
         valid_at_told: None,
         valid_end: Some(end + 500_000),
+        parent: None,
     }
 }
 
@@ -244,7 +246,8 @@ fn worker_lines_round_trip() {
             told: Some(800),
             reason: Some(LossKind::Expired),
             valid_at_told: Some(799),
-            valid_end: 799,
+            valid_end: Some(799),
+            parent: None,
         }),
         WorkerLine::Section(SectionLine {
             task: 0,
@@ -258,7 +261,23 @@ fn worker_lines_round_trip() {
             told: None,
             reason: None,
             valid_at_told: None,
-            valid_end: 3,
+            valid_end: Some(3),
+            parent: None,
+        }),
+        WorkerLine::Section(SectionLine {
+            task: 1,
+            seq: 9,
+            key: 2,
+            role: Role::Exclusive,
+            token: 4,
+            start: 10,
+            acquired: 20,
+            release: 30,
+            told: Some(30),
+            reason: Some(LossKind::Other),
+            valid_at_told: None,
+            valid_end: None,
+            parent: Some(8),
         }),
         WorkerLine::Stalled { start: 1, end: 2 },
         WorkerLine::Parked {
@@ -266,6 +285,21 @@ fn worker_lines_round_trip() {
             key: 2,
             token: 9,
         },
+        WorkerLine::Cancelled {
+            task: 3,
+            key: 1,
+            how: CancelHow::Abort,
+            start: 5,
+            end: 60,
+        },
+        WorkerLine::Cancelled {
+            task: 0,
+            key: 0,
+            how: CancelHow::Timeout,
+            start: 5,
+            end: 6,
+        },
+        WorkerLine::Exit { held: 0 },
     ];
     for line in lines {
         assert_eq!(WorkerLine::parse(&line.to_string()), Some(line));
@@ -533,4 +567,145 @@ fn fair_grants_out_of_arrival_order_are_counted_for_information() {
     assert_eq!(in_order.out_of_order, 0);
     assert_eq!(in_order.waiting_pairs, 1);
     assert!(in_order.is_safe());
+}
+
+// Locked calls made inside a critical section.
+
+/// A locked call of task 0 of worker 1, section `seq`, made inside section
+/// `parent`, on `key`, without a deadline (a locked call sees no guard).
+fn call(seq: u64, parent: u64, key: u32, token: u64, acquired: i64, end: i64) -> Section {
+    Section {
+        parent: Some(holder(1, parent)),
+        valid_end: None,
+        ..part(1, seq, key, Role::Exclusive, token, acquired, end)
+    }
+}
+
+#[test]
+fn a_reentry_is_part_of_the_section_it_reenters() {
+    // Section 1 holds k0 (token 10); inside it, call 2 re-enters k0 with
+    // the same token. Then w2 takes k0 after section 1 released it.
+    let h = history(vec![
+        part(1, 1, 0, Role::Exclusive, 10, 0, 1_000),
+        call(2, 1, 0, 10, 100, 200),
+        part(2, 1, 0, Role::Exclusive, 11, 1_000, 1_500),
+    ]);
+    let figures = analyze(&h);
+    assert!(figures.is_safe(), "{figures:?}");
+    assert_eq!(figures.reentries, 1);
+    assert_eq!(figures.nested_calls, 0);
+    assert_eq!(figures.acquisitions, 3);
+}
+
+#[test]
+fn joined_calls_on_one_lock_in_one_task_must_exclude_each_other() {
+    // Inside section 1 (k0), calls 3 and 4 are joined, each on k1. Sharing
+    // the section's owner, both were granted k1 at once, with one token:
+    // two holders of k1 in the same task of the same process.
+    let shared = analyze(&history(vec![
+        part(1, 1, 0, Role::Exclusive, 10, 0, 1_000),
+        call(2, 1, 0, 10, 50, 60),
+        call(3, 1, 1, 20, 100, 300),
+        call(4, 1, 1, 20, 101, 300),
+    ]));
+    assert_eq!(shared.nested_calls, 2);
+    assert_eq!(shared.reentries, 1);
+    assert_eq!(figures_keys(&shared), [1]);
+    let overlap = &shared.unwarned_overlaps[0];
+    assert_eq!(
+        (overlap.first, overlap.second),
+        (holder(1, 3), holder(1, 4))
+    );
+    assert_eq!(shared.token_regressions.len(), 1);
+    assert!(!shared.is_safe());
+
+    // Each with its own owner: the second waits for the first, and gets a
+    // greater token.
+    let apart = analyze(&history(vec![
+        part(1, 1, 0, Role::Exclusive, 10, 0, 1_000),
+        call(3, 1, 1, 20, 100, 300),
+        call(4, 1, 1, 21, 300, 500),
+    ]));
+    assert!(apart.is_safe(), "{apart:?}");
+
+    // Their writes with one token: the fence accepts both, which is stale.
+    let mut h = history(vec![
+        part(1, 1, 0, Role::Exclusive, 10, 0, 1_000),
+        call(3, 1, 1, 20, 100, 300),
+        call(4, 1, 1, 20, 101, 300),
+    ]);
+    let w = |seq, at| Write {
+        holder: holder(1, seq),
+        key: 1,
+        ..write(1, 20, at, true)
+    };
+    h.writes = vec![w(3, 110), w(4, 111)];
+    assert_eq!(analyze(&h).stale_accepted.len(), 1);
+}
+
+#[test]
+fn a_token_below_one_handed_out_before_a_stale_restart_is_a_regression() {
+    // Tokens 5, 6, 7 were handed out; Redis restarts from a snapshot taken
+    // when the counter was at 5: the next holder gets 6 again.
+    let mut h = history(vec![
+        section(1, 5, 0, 100),
+        section(2, 6, 200, 300),
+        section(3, 7, 400, 500),
+        section(4, 6, 2_000, 2_100),
+    ]);
+    h.faults.push(Fault {
+        kind: FaultKind::RedisRestartStale,
+        start: 150,
+        end: 1_900,
+        detail: String::new(),
+    });
+    let figures = analyze(&h);
+    assert_eq!(figures.token_regressions.len(), 1);
+    let regression = &figures.token_regressions[0];
+    assert_eq!((regression.token, regression.earlier_max), (6, 7));
+    assert!(!figures.is_safe());
+}
+
+#[test]
+fn evicted_lock_keys_held_at_the_time_are_lost_grants() {
+    let mut h = history(vec![section(1, 1, 0, 1_000), section(2, 2, 2_000, 3_000)]);
+    let evicted = |name: &str, lock, holder_key, at| Evicted {
+        name: name.into(),
+        lock,
+        holder_key,
+        at,
+    };
+    h.evictions = vec![
+        evicted("chaos:{k0}", Some(0), true, 500),
+        evicted("chaos:{k0}", Some(0), true, 1_500),
+        evicted("chaos:{k0}:readers", Some(0), false, 2_500),
+        evicted("filler:1", None, false, 2_600),
+    ];
+    let figures = analyze(&h);
+    assert_eq!(figures.evicted_lock_keys, 3);
+    assert_eq!(figures.evicted_held, 1);
+}
+
+#[test]
+fn workers_must_take_locks_again_after_a_black_hole() {
+    let mut h = history(vec![
+        part(1, 1, 0, Role::Exclusive, 1, 0, 100),
+        part(2, 1, 0, Role::Exclusive, 2, 100, 200),
+        part(3, 1, 0, Role::Exclusive, 3, 200, 300),
+        // After the lift at 3 000: worker 1 at 3 500, worker 2 at 4 000.
+        part(1, 2, 0, Role::Exclusive, 4, 3_500, 3_600),
+        part(2, 2, 0, Role::Exclusive, 5, 4_000, 4_100),
+    ]);
+    h.faults.push(Fault {
+        kind: FaultKind::ProxyBlackhole,
+        start: 1_000,
+        end: 3_000,
+        detail: String::new(),
+    });
+    h.stopped_at = Some(10_000);
+    let figures = analyze(&h);
+    let recovery = figures.recoveries[0];
+    assert_eq!((recovery.workers, recovery.back), (3, 2));
+    assert_eq!(recovery.first_grant, Some(500));
+    assert_eq!(recovery.slowest, Some(1_000));
 }

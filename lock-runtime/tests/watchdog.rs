@@ -186,10 +186,15 @@ async fn a_restarted_server_means_loss_and_the_client_recovers() {
             .await,
     );
     // Redis counts uptime_in_seconds from the whole second it started in
-    // and reports whole seconds, so the quarantine can end up to a second
-    // early or late by the wall clock.
+    // and reports whole seconds; the scripts read it as a second less, so
+    // the quarantine never ends early and may end up to a second late.
+    // (`restarted` is taken once the server answers, a moment after it
+    // started.)
     let waited = restarted.elapsed();
-    assert!(waited >= QUARANTINE - Duration::from_secs(1), "{waited:?}");
+    assert!(
+        waited >= QUARANTINE - Duration::from_millis(500),
+        "{waited:?}"
+    );
     assert!(waited < QUARANTINE + Duration::from_secs(3), "{waited:?}");
     assert!(!again.is_lost());
     // The restarted server lost the fencing counter; tokens still grow.

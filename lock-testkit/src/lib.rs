@@ -7,15 +7,19 @@
 //!   and automatic failover.
 //! - [`SentinelGroup`]: a master, its replicas and the Sentinels watching
 //!   them, with automatic failover.
+//! - [`Proxy`]: a TCP proxy between a client and a server that delays,
+//!   cuts, refuses or black-holes its traffic (async: it runs on Tokio).
 //!
 //! Every [`RedisServer`] is a child process of the test binary, listening on
 //! its own free port on `127.0.0.1`, with its own temporary working directory
 //! and log file, and no persistence (`--save "" --appendonly no`). Tests never
 //! depend on a server that is already running or on a fixed port.
 //!
-//! The API is plain synchronous `std` code, so it can be used from both sync
-//! and async (e.g. `#[tokio::test]`) tests. Failures to start a server are
-//! test failures and therefore panic, with the server's log in the message.
+//! The servers' API is plain synchronous `std` code, so it can be used from
+//! both sync and async (e.g. `#[tokio::test]`) tests; only [`Proxy`] is
+//! async, and runs on the Tokio runtime that starts it. Failures to start a
+//! server are test failures and therefore panic, with the server's log in
+//! the message.
 //!
 //! The `redis-server` binary is looked up on `PATH`; set the environment
 //! variable `LOCK_TESTKIT_REDIS_SERVER` to use another binary. Sentinels are
@@ -93,11 +97,13 @@
 //! that foreign server and lose their data.
 
 mod cluster;
+mod proxy;
 mod resp;
 mod sentinel;
 mod server;
 
 pub use cluster::RedisCluster;
+pub use proxy::Proxy;
 pub use sentinel::SentinelGroup;
 pub use server::{RedisServer, free_port, unique_key};
 

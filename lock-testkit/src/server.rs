@@ -193,6 +193,13 @@ impl RedisServer {
         self.pid
     }
 
+    /// The server's working directory (`--dir`), a temporary directory that
+    /// lives as long as this value and is kept across restarts. A `SAVE` or
+    /// `BGSAVE` writes its snapshot there as `dump.rdb`.
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+
     /// The contents of the server's log file, for failure messages.
     ///
     /// The log accumulates over restarts. Anything the process wrote to its
@@ -251,8 +258,12 @@ impl RedisServer {
     /// Kill the server if it is running, then start it again on the same
     /// port with the same arguments, and wait until it is ready.
     ///
-    /// Since nothing is persisted, the restarted server is empty. If the port
-    /// cannot be bound yet, binding is retried for up to 10 s.
+    /// Since nothing is persisted automatically, the restarted server is
+    /// empty, unless a `SAVE` or `BGSAVE` sent to it wrote a snapshot
+    /// (`dump.rdb` in [`RedisServer::dir`]): it then loads that snapshot, as
+    /// it was when taken (a restart that goes back in time; delete the file
+    /// to start empty again). If the port cannot be bound yet, binding is
+    /// retried for up to 10 s.
     ///
     /// # Panics
     ///

@@ -63,6 +63,22 @@ fn restart_keeps_port_and_loses_data() {
 }
 
 #[test]
+fn restart_after_save_goes_back_to_the_snapshot() {
+    let mut server = RedisServer::start();
+    assert_eq!(server.cli(&["SET", "counter", "5"]), "OK");
+    assert_eq!(server.cli(&["SAVE"]), "OK");
+    assert!(server.dir().join("dump.rdb").exists());
+    assert_eq!(server.cli(&["INCR", "counter"]), "6");
+    assert_eq!(server.cli(&["SET", "later", "x"]), "OK");
+    server.restart();
+    assert_eq!(server.cli(&["GET", "counter"]), "5");
+    assert_eq!(server.cli(&["GET", "later"]), "(nil)");
+    std::fs::remove_file(server.dir().join("dump.rdb")).unwrap();
+    server.restart();
+    assert_eq!(server.cli(&["DBSIZE"]), "0");
+}
+
+#[test]
 fn restart_a_paused_server() {
     let mut server = RedisServer::start();
     server.pause();

@@ -35,10 +35,15 @@ end
 --   quarantine would end, keeps the slot closed for the clients that did
 --   see the restart: without it they would find a counter and grant at
 --   once, next to holders not told yet.
+--
+-- Uptime is read as one second less than INFO says: `uptime_in_seconds`
+-- counts whole seconds from the whole second the server started in, so it
+-- reads 1 as soon as the next second begins, maybe a few milliseconds after
+-- the start. The quarantine may last up to a second longer; never shorter.
 local function server_info()
   local info = redis.call('INFO', 'server')
-  return tonumber(string.match(info, 'uptime_in_seconds:(%d+)')) * 1000,
-    string.match(info, 'run_id:(%x+)')
+  local seconds = tonumber(string.match(info, 'uptime_in_seconds:(%d+)'))
+  return math.max(seconds - 1, 0) * 1000, string.match(info, 'run_id:(%x+)')
 end
 
 local function next_fence(counter, q)

@@ -1,0 +1,88 @@
+//! Connections whose packets vanish without a reset (a partition, a moved
+//! address): the client must notice and connect afresh, for its commands and
+//! for its release messages.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::{QUARANTINE, ok};
+use lock_runtime::LockClient;
+use lock_testkit::{Proxy, RedisServer, unique_key};
+
+/// A client that reaches `server` only through `proxy`.
+async fn client_through(proxy: &Proxy) -> LockClient {
+    LockClient::builder(proxy.url())
+        .connect_timeout(Duration::from_secs(1))
+        .command_timeout(Duration::from_millis(300))
+        .restart_quarantine(QUARANTINE)
+        .connect()
+        .await
+        .expect("connect through the proxy")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_command_connection_that_stops_answering_is_replaced() {
+    let server = RedisServer::start();
+    let proxy = Proxy::start(server.port()).await.expect("proxy");
+    let locks = client_through(&proxy).await;
+    let guard = ok(
+        &server,
+        locks
+            .lock(unique_key("stranded"))
+            .lease(Duration::from_secs(3))
+            .acquire()
+            .await,
+    );
+    // Every connection open now goes dead without being closed; new ones
+    // get through.
+    proxy.strand();
+    // Renewals time out on the dead connection; after a few in a row the
+    // client connects afresh and the lock is renewed before its deadline.
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    assert!(!guard.is_lost(), "lost: {}", guard.lost_error());
+    let other = ok(
+        &server,
+        locks
+            .lock(unique_key("after"))
+            .wait(Duration::ZERO)
+            .acquire()
+            .await,
+    );
+    ok(&server, other.release().await);
+    ok(&server, guard.release().await);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_subscriber_that_stops_answering_is_replaced() {
+    let server = RedisServer::start();
+    let proxy = Proxy::start(server.port()).await.expect("proxy");
+    let waiting = client_through(&proxy).await;
+    let holder = common::client(&server).await;
+    let name = unique_key("stranded-waiter");
+    let held = ok(
+        &server,
+        holder
+            .lock(name.as_str())
+            .lease(Duration::from_secs(60))
+            .acquire()
+            .await,
+    );
+    let waiter = common::spawn_acquire(waiting.lock(name.as_str()).wait(Duration::from_secs(40)));
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    // The waiter's connections, its subscriber's among them, go dead.
+    proxy.strand();
+    // Released after the subscriber was checked (every 5 s): only a fresh
+    // subscription carries the release message; the holder's lease is far.
+    tokio::time::sleep(Duration::from_secs(7)).await;
+    let released = Instant::now();
+    ok(&server, held.release().await);
+    let (taken_at, guard) = waiter.await.unwrap();
+    let guard = ok(&server, guard);
+    let after = taken_at.saturating_duration_since(released);
+    assert!(
+        after < Duration::from_secs(10),
+        "took {after:?} after the release"
+    );
+    ok(&server, guard.release().await);
+}
