@@ -169,3 +169,28 @@ async fn releasing_a_lost_lock_reports_the_loss_even_when_the_release_fails() {
     server.resume();
     assert!(err.is_lost(), "expected Lost, got {err}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_met_the_server_at_its_start_is_never_refused() {
+    // A fresh server and a client that saw it start: nothing was lost, so
+    // no lock may be refused, also not around the end of the quarantine,
+    // whose uptime Redis reports in whole seconds.
+    let server = RedisServer::start();
+    let locks = client(&server).await;
+    let names: Vec<String> = (0..4).map(|i| unique_key(&format!("fresh{i}"))).collect();
+    let until = Instant::now() + QUARANTINE + Duration::from_secs(3);
+    let mut rounds = 0;
+    while Instant::now() < until {
+        for name in &names {
+            let guard = locks
+                .lock(name.as_str())
+                .wait(Duration::ZERO)
+                .acquire()
+                .await;
+            ok(&server, ok(&server, guard).release().await);
+        }
+        rounds += 1;
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(rounds > 10, "{rounds}");
+}

@@ -61,7 +61,11 @@ local function next_fence(counter, q)
         return nil, closed
       end
       if last == 0 then
-        redis.call('SET', born, run_id, 'PX', closed)
+        -- Kept 2 s past the quarantine: uptime is read in whole seconds,
+        -- and the marker must outlive every moment at which a later call
+        -- still reads the uptime as within the quarantine, or that call
+        -- would take the counter for one restored from before the start.
+        redis.call('SET', born, run_id, 'PX', closed + 2000)
       end
     end
   end
