@@ -246,11 +246,26 @@ fn fence_counters(node: &RedisServer) -> Option<BTreeMap<String, i64>> {
         .collect()
 }
 
-/// The sum of the fencing counters on `node`, if it answers.
-fn fence_total(node: &RedisServer) -> Option<i64> {
-    fence_counters(node)?
-        .values()
-        .try_fold(0i64, |sum, &v| sum.checked_add(v))
+/// Lock script calls `node` has run so far (`EVALSHA` and `EVAL` in
+/// `INFO commandstats`), if it answers. Fencing counters cannot count
+/// grants: tokens follow the server clock.
+fn script_calls(node: &RedisServer) -> Option<i64> {
+    let stats = node
+        .try_cli(&["INFO", "commandstats"], Duration::from_secs(1))
+        .ok()?;
+    let calls = stats
+        .lines()
+        .filter(|line| line.starts_with("cmdstat_evalsha:") || line.starts_with("cmdstat_eval:"))
+        .filter_map(|line| {
+            line.split("calls=")
+                .nth(1)?
+                .split(',')
+                .next()?
+                .parse::<i64>()
+                .ok()
+        })
+        .sum();
+    Some(calls)
 }
 
 /// Runs blocking work on the topology; a panic (lock-testkit's way of
@@ -937,8 +952,8 @@ impl Run {
                             Ok(n) => format!("{n} replicas stopped and their links dropped, "),
                             Err(err) => format!("replica links not dropped ({err}), "),
                         };
-                        // What the replicas will have: every counter as of the cut.
-                        (cut, fence_total(group.master()))
+                        // What the replicas will have: every script run before the cut.
+                        (cut, script_calls(group.master()))
                     } else {
                         (String::new(), None)
                     }
@@ -955,7 +970,7 @@ impl Run {
                 }
                 let killed = with_topo(&self.redis, move |t| {
                     let group = t.sentinel();
-                    let counted = fence_total(group.master());
+                    let counted = script_calls(group.master());
                     let old = group.kill_master();
                     for node in group.nodes().iter().filter(|n| n.is_paused()) {
                         node.resume();
@@ -994,10 +1009,10 @@ impl Run {
                     group.node_mut(index).restart();
                 })
                 .await;
-                // What the failover lost, read off the fencing counters:
-                // each acquisition attempt adds one, so what the old master
-                // counted after the cut no replica saw. Without
-                // `min_replicas` those were grants; with it, attempts the
+                // What the failover lost: the lock scripts the old master ran
+                // after the cut (acquisitions, renewals, releases), whose
+                // writes no replica saw. Without `min_replicas` the
+                // acquisitions among them were grants; with it, attempts the
                 // missing replicas made the client give back.
                 let lost = counted.zip(replicated).map(|(died, cut)| died - cut);
                 match over {
@@ -1005,7 +1020,7 @@ impl Run {
                         detail += &format!("port {old} → port {new} after {} ms", ms(took));
                         if let Some(lost) = lost {
                             detail += &format!(
-                                ", {lost} acquisition attempts after the cut, seen by no replica"
+                                ", {lost} lock script calls after the cut (acquisitions, renewals, releases), seen by no replica"
                             );
                         }
                     }
