@@ -133,6 +133,26 @@ fn texts(reply: Value) -> Vec<String> {
 /// Commands in a row that get no answer before a connection is replaced.
 const TIMEOUTS_BEFORE_RECONNECT: u32 = 2;
 
+/// Commands in a row without an answer on one connection.
+#[derive(Default)]
+struct Unanswered(AtomicU32);
+
+impl Unanswered {
+    /// Counts one more; true (and the count starts over) when that makes
+    /// [`TIMEOUTS_BEFORE_RECONNECT`].
+    fn one_more(&self) -> bool {
+        let reached = self.0.fetch_add(1, Ordering::Relaxed) + 1 >= TIMEOUTS_BEFORE_RECONNECT;
+        if reached {
+            self.reset();
+        }
+        reached
+    }
+
+    fn reset(&self) {
+        self.0.store(0, Ordering::Relaxed);
+    }
+}
+
 /// A [`ConnectionManager`] that is replaced by a fresh one after
 /// [`TIMEOUTS_BEFORE_RECONNECT`] commands in a row went unanswered.
 #[derive(Clone)]
@@ -145,7 +165,7 @@ struct ManagedShared {
     config: ConnectionManagerConfig,
     current: RwLock<ConnectionManager>,
     /// Commands in a row without an answer.
-    timeouts: AtomicU32,
+    timeouts: Unanswered,
 }
 
 impl Managed {
@@ -160,7 +180,7 @@ impl Managed {
                 client,
                 config,
                 current: RwLock::new(manager),
-                timeouts: AtomicU32::new(0),
+                timeouts: Unanswered::default(),
             }),
         })
     }
@@ -176,8 +196,7 @@ impl Managed {
     }
 
     fn timed_out(&self) {
-        let shared = &self.shared;
-        if shared.timeouts.fetch_add(1, Ordering::Relaxed) + 1 >= TIMEOUTS_BEFORE_RECONNECT {
+        if self.shared.timeouts.one_more() {
             self.reconnect();
         }
     }
@@ -186,7 +205,7 @@ impl Managed {
     /// first command, so that this never waits.
     pub(crate) fn reconnect(&self) {
         let shared = &self.shared;
-        shared.timeouts.store(0, Ordering::Relaxed);
+        shared.timeouts.reset();
         match ConnectionManager::new_lazy_with_config(shared.client.clone(), shared.config.clone())
         {
             Ok(fresh) => {
@@ -201,7 +220,7 @@ impl Managed {
     }
 
     fn answered(&self) {
-        self.shared.timeouts.store(0, Ordering::Relaxed);
+        self.shared.timeouts.reset();
     }
 }
 
@@ -416,7 +435,7 @@ struct FollowingShared {
     /// lookup however many commands failed with it.
     refreshing: tokio::sync::Mutex<()>,
     /// Commands in a row without an answer.
-    timeouts: AtomicU32,
+    timeouts: Unanswered,
 }
 
 /// What to do once a [`Following`] connection moved to a new master.
@@ -443,7 +462,7 @@ impl Following {
                 pushes,
                 current: RwLock::new((address, manager)),
                 refreshing: tokio::sync::Mutex::new(()),
-                timeouts: AtomicU32::new(0),
+                timeouts: Unanswered::default(),
             }),
             db,
         })
@@ -489,18 +508,8 @@ impl Following {
         if self.address() != seen {
             return true; // another caller switched already
         }
-        let master = match self
-            .shared
-            .sentinels
-            .master()
-            .await
-            .and_then(|master| with_pushes(master, self.shared.pushes))
-        {
-            Ok(master) => master,
-            Err(err) => {
-                tracing::debug!(error = %err, "asking the sentinels for the master failed");
-                return false;
-            }
+        let Some(master) = self.ask_master().await else {
+            return false;
         };
         let address = master.get_connection_info().addr().to_string();
         if address == seen {
@@ -509,12 +518,7 @@ impl Following {
         match ConnectionManager::new_with_config(master, self.shared.config.clone()).await {
             Ok(manager) => {
                 tracing::info!(from = %seen, to = %address, "following the master to its new address");
-                *self
-                    .shared
-                    .current
-                    .write()
-                    .unwrap_or_else(|e| e.into_inner()) = (address, manager);
-                (self.shared.on_switch)();
+                self.switch_to(address, manager);
                 true
             }
             Err(err) => {
@@ -524,50 +528,55 @@ impl Following {
         }
     }
 
+    /// The client of the master the sentinels report now, or `None` (logged)
+    /// when they cannot say.
+    async fn ask_master(&self) -> Option<redis::Client> {
+        let master = self.shared.sentinels.master().await;
+        match master.and_then(|master| with_pushes(master, self.shared.pushes)) {
+            Ok(master) => Some(master),
+            Err(err) => {
+                tracing::debug!(error = %err, "asking the sentinels for the master failed");
+                None
+            }
+        }
+    }
+
+    /// Sends commands to `manager`, connected to `address`, from now on.
+    fn switch_to(&self, address: String, manager: ConnectionManager) {
+        *self
+            .shared
+            .current
+            .write()
+            .unwrap_or_else(|e| e.into_inner()) = (address, manager);
+        (self.shared.on_switch)();
+    }
+
     /// See [`Conn::timed_out`]: after a few commands in a row without an
     /// answer, asks the sentinels for the master and connects to it afresh,
     /// even at the same address.
     fn timed_out(&self) {
-        let shared = &self.shared;
-        if shared.timeouts.fetch_add(1, Ordering::Relaxed) + 1 < TIMEOUTS_BEFORE_RECONNECT {
-            return;
+        if self.shared.timeouts.one_more() {
+            let this = self.clone();
+            tokio::spawn(async move { this.reconnect().await });
         }
-        shared.timeouts.store(0, Ordering::Relaxed);
-        let this = self.clone();
-        tokio::spawn(async move { this.reconnect().await });
     }
 
     fn answered(&self) {
-        self.shared.timeouts.store(0, Ordering::Relaxed);
+        self.shared.timeouts.reset();
     }
 
     /// Replaces the connection with a fresh one to the master the
     /// sentinels report now.
     pub(crate) async fn reconnect(&self) {
         let _one_at_a_time = self.shared.refreshing.lock().await;
-        let master = match self
-            .shared
-            .sentinels
-            .master()
-            .await
-            .and_then(|master| with_pushes(master, self.shared.pushes))
-        {
-            Ok(master) => master,
-            Err(err) => {
-                tracing::debug!(error = %err, "asking the sentinels for the master failed");
-                return;
-            }
+        let Some(master) = self.ask_master().await else {
+            return;
         };
         let address = master.get_connection_info().addr().to_string();
         match ConnectionManager::new_lazy_with_config(master, self.shared.config.clone()) {
             Ok(manager) => {
                 tracing::warn!(master = %address, "Redis stopped answering; reconnecting");
-                *self
-                    .shared
-                    .current
-                    .write()
-                    .unwrap_or_else(|e| e.into_inner()) = (address, manager);
-                (self.shared.on_switch)();
+                self.switch_to(address, manager);
             }
             Err(err) => tracing::debug!(error = %err, "replacing an unanswering connection failed"),
         }

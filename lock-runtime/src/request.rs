@@ -483,21 +483,36 @@ impl Drop for Marked<'_> {
         if !self.waiting {
             return;
         }
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            return; // the marks lapse by themselves
-        };
         let backend = self.request.client.inner.backend.clone();
         let (label, keys, owner) = (
             self.request.label.clone(),
             self.keys.to_vec(),
             self.owner.clone(),
         );
-        runtime.spawn(async move {
-            if let Err(err) = backend.leave_turns(&label, &keys, &owner).await {
-                tracing::debug!(key = %label, error = %err, "taking back a waiting mark failed; it lapses");
-            }
-        });
+        let undo = {
+            let label = label.clone();
+            async move { backend.leave_turns(&label, &keys, &owner).await }
+        };
+        undo_in_background(label, "taking back a waiting mark failed; it lapses", undo);
     }
+}
+
+/// Runs `undo` on the current runtime, if there is one (without one, what it
+/// would undo lapses by itself); a failure is logged as `failed`, with the
+/// lock's name `key`.
+fn undo_in_background(
+    key: String,
+    failed: &'static str,
+    undo: impl Future<Output = Result<(), LockError>> + Send + 'static,
+) {
+    let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+        return;
+    };
+    runtime.spawn(async move {
+        if let Err(err) = undo.await {
+            tracing::debug!(%key, error = %err, "{failed}");
+        }
+    });
 }
 
 /// A fair waiter's place in line, given up if it stops waiting without the
@@ -515,19 +530,16 @@ impl Drop for InLine<'_> {
         if !self.waiting {
             return;
         }
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            return; // the place lapses after FAIR_STAY
-        };
         let backend = self.request.client.inner.backend.clone();
         let (label, keys, owner) = (
             self.request.label.clone(),
             self.keys.clone(),
             self.owner.clone(),
         );
-        runtime.spawn(async move {
-            if let Err(err) = backend.leave_line(&label, &keys, &owner).await {
-                tracing::debug!(key = %label, error = %err, "leaving the line failed; the place lapses");
-            }
-        });
+        let undo = {
+            let label = label.clone();
+            async move { backend.leave_line(&label, &keys, &owner).await }
+        };
+        undo_in_background(label, "leaving the line failed; the place lapses", undo);
     }
 }
