@@ -2,20 +2,16 @@
 
 use std::process::ExitCode;
 
-use lock_chaos::options::{self, LockKind, Parsed, Setup, USAGE};
+use lock_chaos::options::{self, LockKind, Options, Parsed, Setup, USAGE};
+use lock_chaos::report::KindRun;
 use lock_chaos::worker::{self, WorkerConfig};
 use lock_chaos::{checker, clock, orchestrator, report};
+use tokio::runtime::Runtime;
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     if args.first().map(String::as_str) == Some("__worker") {
-        return match WorkerConfig::from_args(&args[1..]) {
-            Some(config) => worker::run(config),
-            None => {
-                eprintln!("lock-chaos: bad worker arguments {args:?}");
-                ExitCode::from(2)
-            }
-        };
+        return run_worker(&args[1..]);
     }
     let options = match options::parse(&args) {
         Ok(Parsed::Run(options)) => options,
@@ -39,6 +35,36 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    let runs = match run_all(&options, &runtime) {
+        Ok(runs) => runs,
+        Err(code) => return code,
+    };
+    let text = report::markdown(&options, &runs);
+    println!("{text}");
+    if let Some(path) = &options.report
+        && let Err(err) = std::fs::write(path, &text)
+    {
+        eprintln!("lock-chaos: cannot write {}: {err}", path.display());
+        return ExitCode::from(2);
+    }
+    verdict(&runs)
+}
+
+/// Worker mode: the arguments after `__worker`.
+fn run_worker(args: &[String]) -> ExitCode {
+    match WorkerConfig::from_args(args) {
+        Some(config) => worker::run(config),
+        None => {
+            eprintln!("lock-chaos: bad worker arguments {args:?}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+/// Every run the options ask for, one after the other: each kind of lock
+/// on a single server, then each topology with exclusive locks. A run
+/// that cannot be made ends the suite (exit code 2).
+fn run_all(options: &Options, runtime: &Runtime) -> Result<Vec<KindRun>, ExitCode> {
     let mut runs = Vec::new();
     // Faults the single-server runs injected so far: each goes on with the
     // plan where the previous one stopped.
@@ -51,62 +77,67 @@ fn main() -> ExitCode {
             vec![LockKind::Exclusive]
         };
         for kind in kinds {
-            let label = if setup == Setup::Single {
-                kind.to_string()
-            } else {
-                format!("{} {kind}", setup.label())
-            };
-            eprintln!(
-                "lock-chaos: {label} locks: {} clients × {} tasks, {} keys, lease {:?}, faults for {:?} (seed {})",
-                options.clients,
-                options.tasks,
-                options.keys,
-                options.lease,
-                options.duration,
-                options.seed
-            );
-            let t0 = clock::now_us();
             let skip = if setup == Setup::Single { planned } else { 0 };
-            let running = orchestrator::run(&options, kind, setup, skip);
-            let (history, info) = match runtime.block_on(running) {
-                Ok(done) => done,
-                Err(err) => {
-                    eprintln!("lock-chaos: {label}: {err}");
-                    return ExitCode::from(2);
-                }
-            };
+            let run = run_one(options, runtime, kind, setup, skip)?;
             if setup == Setup::Single {
-                planned += history.faults.len();
+                planned += run.history.faults.len();
             }
-            let figures = checker::analyze(&history);
-            let safety: Vec<String> = figures
-                .safety()
-                .iter()
-                .map(|(_, n)| n.to_string())
-                .collect();
-            eprintln!(
-                "lock-chaos: {label}: {} critical sections, safety figures {}",
-                figures.acquisitions,
-                safety.join(" ")
-            );
-            runs.push(report::KindRun {
-                kind,
-                setup,
-                info,
-                history,
-                figures,
-                t0,
-            });
+            runs.push(run);
         }
     }
-    let text = report::markdown(&options, &runs);
-    println!("{text}");
-    if let Some(path) = &options.report
-        && let Err(err) = std::fs::write(path, &text)
-    {
-        eprintln!("lock-chaos: cannot write {}: {err}", path.display());
-        return ExitCode::from(2);
-    }
+    Ok(runs)
+}
+
+/// One run and the checker's figures, with progress on stderr.
+fn run_one(
+    options: &Options,
+    runtime: &Runtime,
+    kind: LockKind,
+    setup: Setup,
+    skip: usize,
+) -> Result<KindRun, ExitCode> {
+    let label = if setup == Setup::Single {
+        kind.to_string()
+    } else {
+        format!("{} {kind}", setup.label())
+    };
+    eprintln!(
+        "lock-chaos: {label} locks: {} clients × {} tasks, {} keys, lease {:?}, faults for {:?} (seed {})",
+        options.clients, options.tasks, options.keys, options.lease, options.duration, options.seed
+    );
+    let t0 = clock::now_us();
+    let running = orchestrator::run(options, kind, setup, skip);
+    let (history, info) = match runtime.block_on(running) {
+        Ok(done) => done,
+        Err(err) => {
+            eprintln!("lock-chaos: {label}: {err}");
+            return Err(ExitCode::from(2));
+        }
+    };
+    let figures = checker::analyze(&history);
+    let safety: Vec<String> = figures
+        .safety()
+        .iter()
+        .map(|(_, n)| n.to_string())
+        .collect();
+    eprintln!(
+        "lock-chaos: {label}: {} critical sections, safety figures {}",
+        figures.acquisitions,
+        safety.join(" ")
+    );
+    Ok(KindRun {
+        kind,
+        setup,
+        info,
+        history,
+        figures,
+        t0,
+    })
+}
+
+/// Success unless a run that must be safe has a safety figure above 0;
+/// the measured runs' figures are only mentioned.
+fn verdict(runs: &[KindRun]) -> ExitCode {
     let failed: Vec<String> = runs
         .iter()
         .filter(|run| run.setup.must_be_safe() && !run.figures.is_safe())

@@ -134,6 +134,29 @@ impl Topo {
         }
     }
 
+    /// The ports of the servers the clients reach through a proxy of their
+    /// own: the single server, or every Redlock master.
+    fn proxied_ports(&self) -> Vec<u16> {
+        match self {
+            Topo::Single(server) => vec![server.port()],
+            Topo::Redlock(masters) => masters.iter().map(RedisServer::port).collect(),
+            Topo::Cluster(_) | Topo::Sentinel(_) => Vec::new(),
+        }
+    }
+
+    /// How the clients reach a Cluster or a Sentinel group: directly
+    /// (`None` for the topologies behind proxies).
+    fn direct_deployment(&self) -> Option<Deployment> {
+        match self {
+            Topo::Cluster(cluster) => Some(Deployment::cluster(cluster.urls())),
+            Topo::Sentinel(group) => Some(Deployment::sentinel(
+                group.sentinel_urls(),
+                group.service_name(),
+            )),
+            Topo::Single(_) | Topo::Redlock(_) => None,
+        }
+    }
+
     /// A data node, for `INFO server`.
     fn any_node(&self) -> &RedisServer {
         match self {
@@ -244,28 +267,6 @@ fn fence_counters(node: &RedisServer) -> Option<BTreeMap<String, i64>> {
             _ => None,
         })
         .collect()
-}
-
-/// Lock script calls `node` has run so far (`EVALSHA` and `EVAL` in
-/// `INFO commandstats`), if it answers. Fencing counters cannot count
-/// grants: tokens follow the server clock.
-fn script_calls(node: &RedisServer) -> Option<i64> {
-    let stats = node
-        .try_cli(&["INFO", "commandstats"], Duration::from_secs(1))
-        .ok()?;
-    let calls = stats
-        .lines()
-        .filter(|line| line.starts_with("cmdstat_evalsha:") || line.starts_with("cmdstat_eval:"))
-        .filter_map(|line| {
-            line.split("calls=")
-                .nth(1)?
-                .split(',')
-                .next()?
-                .parse::<i64>()
-                .ok()
-        })
-        .sum();
-    Some(calls)
 }
 
 /// Runs blocking work on the topology; a panic (lock-testkit's way of
@@ -423,6 +424,89 @@ fn pick(rng: &mut Rng, n: usize, count: usize) -> Vec<usize> {
 
 fn scaled(d: Duration, percent: u64) -> Duration {
     d * percent as u32 / 100
+}
+
+/// Lock script calls `node` has run so far, if it answers (see
+/// [`RedisServer::script_calls`]). Fencing counters cannot count grants:
+/// tokens follow the server clock.
+fn lock_script_calls(node: &RedisServer) -> Option<u64> {
+    node.try_script_calls(Duration::from_secs(1)).ok()
+}
+
+/// First step of the lagging Sentinel kill: stops the master's replicas and
+/// drops their links. Returns what was done (the start of the fault's
+/// detail) and the lock script calls the master had run by then.
+fn cut_off_replicas(group: &SentinelGroup) -> (String, Option<u64>) {
+    // Stop the replicas first, then cut their links: a stopped replica
+    // cannot reconnect and catch up from the backlog, and nothing written
+    // after the cut is on its way to it. They stay stopped until the master
+    // is dead.
+    let master = group.current_master_port();
+    for node in group.nodes().iter().filter(|n| n.port() != master) {
+        node.pause();
+    }
+    let args = ["CLIENT", "KILL", "TYPE", "replica"];
+    let cut = match group.master().try_cli(&args, Duration::from_secs(1)) {
+        Ok(n) => format!("{n} replicas stopped and their links dropped, "),
+        Err(err) => format!("replica links not dropped ({err}), "),
+    };
+    // What the replicas will have: every script run before the cut.
+    (cut, lock_script_calls(group.master()))
+}
+
+/// Kills the Sentinel group's master and resumes the replicas
+/// [`cut_off_replicas`] stopped; after a lagging kill, also tells a Sentinel
+/// to fail over. Returns the old master's port, what the forced failover
+/// said (empty if none) and the lock script calls the master had run.
+fn kill_sentinel_master(group: &mut SentinelGroup, lagging: bool) -> (u16, String, Option<u64>) {
+    let counted = lock_script_calls(group.master());
+    let old = group.kill_master();
+    for node in group.nodes().iter().filter(|n| n.is_paused()) {
+        node.resume();
+    }
+    // After the lagging kill, a Sentinel is told to fail over at once (no
+    // 2 s wait for the master to be judged down), so the new master can be
+    // in place within about a lease: what the old one granted in its last
+    // moments may still be in use there.
+    let forced = lagging.then(|| {
+        let service = group.service_name().to_owned();
+        let args = ["SENTINEL", "FAILOVER", service.as_str()];
+        match group.sentinels()[0].try_cli(&args, Duration::from_secs(1)) {
+            Ok(reply) => format!("SENTINEL FAILOVER: {reply}; "),
+            Err(err) => format!("SENTINEL FAILOVER failed ({err}); "),
+        }
+    });
+    (old, forced.unwrap_or_default(), counted)
+}
+
+/// The end of a Sentinel kill's detail: the failover from port `old` (and
+/// the `lost` lock script calls no replica saw, if counted), then the
+/// restart of the old master.
+fn sentinel_failover_outcome(
+    old: u16,
+    over: Result<u16, String>,
+    took: Duration,
+    lost: Option<i64>,
+    restarted: Result<(), String>,
+) -> String {
+    let mut detail = String::new();
+    match over {
+        Ok(new) => {
+            detail += &format!("port {old} → port {new} after {} ms", took.as_millis());
+            if let Some(lost) = lost {
+                detail += &format!(
+                    ", {lost} lock script calls after the cut (acquisitions, renewals, releases), seen by no replica"
+                );
+            }
+        }
+        Err(err) => detail += &format!("port {old} killed, no failover: {err}"),
+    }
+    if let Err(err) = restarted {
+        detail += &format!("; restart failed: {err}");
+    } else {
+        detail += &format!("; port {old} restarted (empty)");
+    }
+    detail
 }
 
 impl Run {
@@ -882,208 +966,179 @@ impl Run {
     /// Injects a fault of a topology run; returns its detail (failures to
     /// control the topology are described there, not fatal).
     async fn inject_topology(&mut self, kind: FaultKind) -> String {
-        let lease = self.options.lease;
+        // Drawn first for every kind, even those that use no key: moving it
+        // would change the faults a seed gives.
         let key = self.rng.below(u64::from(self.options.keys)) as u32;
-        let ms = |d: Duration| d.as_millis();
         match kind {
-            FaultKind::ClusterFailover => {
-                let began = tokio::time::Instant::now();
-                let done = with_topo(&self.redis, move |t| {
-                    let cluster = t.cluster();
-                    cluster.wait_until_ok();
-                    let master = cluster.master_for_key(&lock_key(key));
-                    (master, cluster.failover(master))
-                })
-                .await;
-                match done {
-                    Ok((old, new)) => format!(
-                        "k{key}: node {old} → node {new}, {} ms",
-                        ms(began.elapsed())
-                    ),
-                    Err(err) => format!("k{key}: failed: {err}"),
-                }
-            }
-            FaultKind::ClusterMasterKill => {
-                let killed = with_topo(&self.redis, move |t| {
-                    let cluster = t.cluster();
-                    cluster.wait_until_ok();
-                    let master = cluster.master_for_key(&lock_key(key));
-                    cluster.kill_master(master);
-                    master
-                })
-                .await;
-                let old = match killed {
-                    Ok(old) => old,
-                    Err(err) => return format!("k{key}: failed before the kill: {err}"),
-                };
-                let began = tokio::time::Instant::now();
-                let over =
-                    with_topo(&self.redis, move |t| t.cluster().wait_for_failover(old)).await;
-                let took = began.elapsed();
-                let restarted =
-                    with_topo(&self.redis, move |t| t.cluster().restart_node(old)).await;
-                let over = match over {
-                    Ok(new) => format!("node {new} took over after {} ms", ms(took)),
-                    Err(err) => format!("no takeover: {err}"),
-                };
-                let restarted = match restarted {
-                    Ok(()) => "rejoined as a replica".to_owned(),
-                    Err(err) => format!("restart failed: {err}"),
-                };
-                format!("k{key}: node {old} killed; {over}; node {old} {restarted}")
-            }
-            FaultKind::SentinelMasterKill | FaultKind::SentinelLaggingKill => {
-                let lagging = kind == FaultKind::SentinelLaggingKill;
-                let prepared = with_topo(&self.redis, move |t| {
-                    let group = t.sentinel();
-                    group.wait_until_ok();
-                    if lagging {
-                        // Stop the replicas first, then cut their links: a
-                        // stopped replica cannot reconnect and catch up from
-                        // the backlog, and nothing written after the cut is
-                        // on its way to it. They stay stopped until the
-                        // master is dead.
-                        let master = group.current_master_port();
-                        for node in group.nodes().iter().filter(|n| n.port() != master) {
-                            node.pause();
-                        }
-                        let args = ["CLIENT", "KILL", "TYPE", "replica"];
-                        let cut = match group.master().try_cli(&args, Duration::from_secs(1)) {
-                            Ok(n) => format!("{n} replicas stopped and their links dropped, "),
-                            Err(err) => format!("replica links not dropped ({err}), "),
-                        };
-                        // What the replicas will have: every script run before the cut.
-                        (cut, script_calls(group.master()))
-                    } else {
-                        (String::new(), None)
-                    }
-                })
-                .await;
-                let (mut detail, replicated) = match prepared {
-                    Ok(prepared) => prepared,
-                    Err(err) => return format!("failed before the kill: {err}"),
-                };
-                if lagging {
-                    let gap = Duration::from_millis(self.rng.range(400, 900));
-                    tokio::time::sleep(gap).await;
-                    detail += &format!("master killed {} ms later; ", ms(gap));
-                }
-                let killed = with_topo(&self.redis, move |t| {
-                    let group = t.sentinel();
-                    let counted = script_calls(group.master());
-                    let old = group.kill_master();
-                    for node in group.nodes().iter().filter(|n| n.is_paused()) {
-                        node.resume();
-                    }
-                    // After the lagging kill, a Sentinel is told to fail over
-                    // at once (no 2 s wait for the master to be judged down),
-                    // so the new master can be in place within about a
-                    // lease: what the old one granted in its last moments
-                    // may still be in use there.
-                    let forced = lagging.then(|| {
-                        let service = group.service_name().to_owned();
-                        let args = ["SENTINEL", "FAILOVER", service.as_str()];
-                        match group.sentinels()[0].try_cli(&args, Duration::from_secs(1)) {
-                            Ok(reply) => format!("SENTINEL FAILOVER: {reply}; "),
-                            Err(err) => format!("SENTINEL FAILOVER failed ({err}); "),
-                        }
-                    });
-                    (old, forced.unwrap_or_default(), counted)
-                })
-                .await;
-                let (old, counted) = match killed {
-                    Ok((old, forced, counted)) => {
-                        detail += &forced;
-                        (old, counted)
-                    }
-                    Err(err) => return format!("{detail}kill failed: {err}"),
-                };
-                let began = tokio::time::Instant::now();
-                let over =
-                    with_topo(&self.redis, move |t| t.sentinel().wait_for_failover(old)).await;
-                let took = began.elapsed();
-                let restarted = with_topo(&self.redis, move |t| {
-                    let group = t.sentinel();
-                    let index = group.nodes().iter().position(|n| n.port() == old);
-                    let index = index.expect("the killed master is one of the nodes");
-                    group.node_mut(index).restart();
-                })
-                .await;
-                // What the failover lost: the lock scripts the old master ran
-                // after the cut (acquisitions, renewals, releases), whose
-                // writes no replica saw. Without `min_replicas` the
-                // acquisitions among them were grants; with it, attempts the
-                // missing replicas made the client give back.
-                let lost = counted.zip(replicated).map(|(died, cut)| died - cut);
-                match over {
-                    Ok(new) => {
-                        detail += &format!("port {old} → port {new} after {} ms", ms(took));
-                        if let Some(lost) = lost {
-                            detail += &format!(
-                                ", {lost} lock script calls after the cut (acquisitions, renewals, releases), seen by no replica"
-                            );
-                        }
-                    }
-                    Err(err) => detail += &format!("port {old} killed, no failover: {err}"),
-                }
-                if let Err(err) = restarted {
-                    detail += &format!("; restart failed: {err}");
-                } else {
-                    detail += &format!("; port {old} restarted (empty)");
-                }
-                detail
-            }
-            FaultKind::RedlockPause | FaultKind::RedlockKill => {
-                let count = 1 + self.rng.below(2) as usize;
-                let masters = pick(&mut self.rng, 5, count);
-                let pause = kind == FaultKind::RedlockPause;
-                let down = if pause {
-                    scaled(lease, self.rng.range(50, 300))
-                } else {
-                    lease + Duration::from_millis(500)
-                };
-                let stopped = masters.clone();
-                let stop = with_topo(&self.redis, move |t| {
-                    for &i in &stopped {
-                        if pause {
-                            t.redlock()[i].pause();
-                        } else {
-                            t.redlock()[i].kill();
-                        }
-                    }
-                })
-                .await;
-                tokio::time::sleep(down).await;
-                let stopped = masters.clone();
-                let back = with_topo(&self.redis, move |t| {
-                    for &i in &stopped {
-                        if pause {
-                            t.redlock()[i].resume();
-                        } else {
-                            t.redlock()[i].restart();
-                        }
-                    }
-                })
-                .await;
-                let what = if pause { "paused" } else { "down" };
-                let mut detail = format!("masters {masters:?} {what} {} ms", ms(down));
-                for err in [stop.err(), back.err()].into_iter().flatten() {
-                    detail += &format!(" (failed: {err})");
-                }
-                detail
-            }
-            FaultKind::RedlockPartition => {
-                let master = self.rng.below(5) as usize;
-                let d = scaled(lease, self.rng.range(100, 300));
-                let proxy = &self.proxies[master];
-                proxy.set_refuse(true);
-                proxy.cut();
-                tokio::time::sleep(d).await;
-                proxy.set_refuse(false);
-                format!("master {master} cut off {} ms", ms(d))
-            }
+            FaultKind::ClusterFailover => self.cluster_failover(key).await,
+            FaultKind::ClusterMasterKill => self.cluster_master_kill(key).await,
+            FaultKind::SentinelMasterKill => self.sentinel_master_kill(false).await,
+            FaultKind::SentinelLaggingKill => self.sentinel_master_kill(true).await,
+            FaultKind::RedlockPause => self.redlock_stop(true).await,
+            FaultKind::RedlockKill => self.redlock_stop(false).await,
+            FaultKind::RedlockPartition => self.redlock_partition().await,
             other => format!("{other} is not a topology fault; skipped"),
         }
+    }
+
+    /// Cluster: a planned `CLUSTER FAILOVER` of the master of `k<key>`.
+    async fn cluster_failover(&mut self, key: u32) -> String {
+        let began = tokio::time::Instant::now();
+        let done = with_topo(&self.redis, move |t| {
+            let cluster = t.cluster();
+            cluster.wait_until_ok();
+            let master = cluster.master_for_key(&lock_key(key));
+            (master, cluster.failover(master))
+        })
+        .await;
+        match done {
+            Ok((old, new)) => format!(
+                "k{key}: node {old} → node {new}, {} ms",
+                began.elapsed().as_millis()
+            ),
+            Err(err) => format!("k{key}: failed: {err}"),
+        }
+    }
+
+    /// Cluster: kills the master of `k<key>`, waits for a replica to take
+    /// over, and restarts the killed node (it rejoins as a replica).
+    async fn cluster_master_kill(&mut self, key: u32) -> String {
+        let killed = with_topo(&self.redis, move |t| {
+            let cluster = t.cluster();
+            cluster.wait_until_ok();
+            let master = cluster.master_for_key(&lock_key(key));
+            cluster.kill_master(master);
+            master
+        })
+        .await;
+        let old = match killed {
+            Ok(old) => old,
+            Err(err) => return format!("k{key}: failed before the kill: {err}"),
+        };
+        let began = tokio::time::Instant::now();
+        let over = with_topo(&self.redis, move |t| t.cluster().wait_for_failover(old)).await;
+        let took = began.elapsed();
+        let restarted = with_topo(&self.redis, move |t| t.cluster().restart_node(old)).await;
+        let over = match over {
+            Ok(new) => format!("node {new} took over after {} ms", took.as_millis()),
+            Err(err) => format!("no takeover: {err}"),
+        };
+        let restarted = match restarted {
+            Ok(()) => "rejoined as a replica".to_owned(),
+            Err(err) => format!("restart failed: {err}"),
+        };
+        format!("k{key}: node {old} killed; {over}; node {old} {restarted}")
+    }
+
+    /// Sentinel: kills the master, waits for the failover and restarts the
+    /// old master (empty). `lagging`: first cuts the replicas off and lets
+    /// the master go on alone for a moment, then forces the failover, and
+    /// counts the lock script calls no replica saw.
+    async fn sentinel_master_kill(&mut self, lagging: bool) -> String {
+        let prepared = with_topo(&self.redis, move |t| {
+            let group = t.sentinel();
+            group.wait_until_ok();
+            if lagging {
+                cut_off_replicas(group)
+            } else {
+                (String::new(), None)
+            }
+        })
+        .await;
+        let (mut detail, replicated) = match prepared {
+            Ok(prepared) => prepared,
+            Err(err) => return format!("failed before the kill: {err}"),
+        };
+        if lagging {
+            let gap = Duration::from_millis(self.rng.range(400, 900));
+            tokio::time::sleep(gap).await;
+            detail += &format!("master killed {} ms later; ", gap.as_millis());
+        }
+        let killed = with_topo(&self.redis, move |t| {
+            kill_sentinel_master(t.sentinel(), lagging)
+        })
+        .await;
+        let (old, counted) = match killed {
+            Ok((old, forced, counted)) => {
+                detail += &forced;
+                (old, counted)
+            }
+            Err(err) => return format!("{detail}kill failed: {err}"),
+        };
+        let began = tokio::time::Instant::now();
+        let over = with_topo(&self.redis, move |t| t.sentinel().wait_for_failover(old)).await;
+        let took = began.elapsed();
+        let restarted = with_topo(&self.redis, move |t| {
+            let group = t.sentinel();
+            let index = group.nodes().iter().position(|n| n.port() == old);
+            let index = index.expect("the killed master is one of the nodes");
+            group.node_mut(index).restart();
+        })
+        .await;
+        // What the failover lost: the lock scripts the old master ran after
+        // the cut (acquisitions, renewals, releases), whose writes no
+        // replica saw. Without `min_replicas` the acquisitions among them
+        // were grants; with it, attempts the missing replicas made the
+        // client give back.
+        let lost = counted
+            .zip(replicated)
+            .map(|(died, cut)| died as i64 - cut as i64);
+        detail += &sentinel_failover_outcome(old, over, took, lost, restarted);
+        detail
+    }
+
+    /// Redlock: pauses (`pause`) or kills one or two masters, then resumes
+    /// or restarts them (empty) later.
+    async fn redlock_stop(&mut self, pause: bool) -> String {
+        let lease = self.options.lease;
+        let count = 1 + self.rng.below(2) as usize;
+        let masters = pick(&mut self.rng, 5, count);
+        let down = if pause {
+            scaled(lease, self.rng.range(50, 300))
+        } else {
+            lease + Duration::from_millis(500)
+        };
+        let stopped = masters.clone();
+        let stop = with_topo(&self.redis, move |t| {
+            for &i in &stopped {
+                if pause {
+                    t.redlock()[i].pause();
+                } else {
+                    t.redlock()[i].kill();
+                }
+            }
+        })
+        .await;
+        tokio::time::sleep(down).await;
+        let stopped = masters.clone();
+        let back = with_topo(&self.redis, move |t| {
+            for &i in &stopped {
+                if pause {
+                    t.redlock()[i].resume();
+                } else {
+                    t.redlock()[i].restart();
+                }
+            }
+        })
+        .await;
+        let what = if pause { "paused" } else { "down" };
+        let mut detail = format!("masters {masters:?} {what} {} ms", down.as_millis());
+        for err in [stop.err(), back.err()].into_iter().flatten() {
+            detail += &format!(" (failed: {err})");
+        }
+        detail
+    }
+
+    /// Redlock: cuts one master's proxy and refuses connections for a while.
+    async fn redlock_partition(&mut self) -> String {
+        let master = self.rng.below(5) as usize;
+        let d = scaled(self.options.lease, self.rng.range(100, 300));
+        let proxy = &self.proxies[master];
+        proxy.set_refuse(true);
+        proxy.cut();
+        tokio::time::sleep(d).await;
+        proxy.set_refuse(false);
+        format!("master {master} cut off {} ms", d.as_millis())
     }
 
     /// Tells every worker to stop, and kills those that do not in time.
@@ -1317,6 +1372,28 @@ impl Plan {
     }
 }
 
+impl Plan {
+    /// The plan of a run: `--faults` for a single-Redis run, the setup's
+    /// own faults otherwise; the first `skip` faults already passed.
+    fn new(options: &Options, setup: Setup, skip: usize) -> Plan {
+        let mut plan = Plan {
+            kinds: if setup == Setup::Single {
+                options.faults.clone()
+            } else {
+                setup.faults()
+            },
+            queue: Vec::new(),
+            topology: setup != Setup::Single,
+            rounds: 0,
+            rng: Rng::new(options.seed, 1),
+        };
+        for _ in 0..skip {
+            plan.next();
+        }
+        plan
+    }
+}
+
 /// Runs the whole suite and returns what it recorded. `skip`: faults of
 /// the fault plan that earlier runs injected. A single-Redis run goes on
 /// with the plan where the previous one stopped, so that short runs of
@@ -1328,24 +1405,33 @@ pub async fn run(
     skip: usize,
 ) -> Result<(History, RunInfo), String> {
     let started = now_us();
-    let redis = tokio::task::spawn_blocking(move || Topo::start(setup))
-        .await
-        .map_err(|err| format!("cannot start redis-server: {err}"))?;
-    let ports: Vec<u16> = match &redis {
-        Topo::Single(server) => vec![server.port()],
-        Topo::Redlock(masters) => masters.iter().map(RedisServer::port).collect(),
-        Topo::Cluster(_) | Topo::Sentinel(_) => Vec::new(),
+    let (mut run, redis_version) = Run::start(options, kind, setup).await?;
+    run.start_workers().await?;
+    let mut plan = Plan::new(options, setup, skip);
+    run.inject_faults(&mut plan, started).await?;
+    let stopped_at = now_us();
+    let stragglers = run.stop_workers().await;
+
+    // Every lock must be free a lease after the last holder stopped.
+    tokio::time::sleep(options.lease + CRASH_SLACK).await;
+    let leftover = leftover(&run.redis, options.keys).await;
+    let (history, garbled_lines) = run.history(leftover, stopped_at);
+
+    let info = RunInfo {
+        redis_version,
+        elapsed: Duration::from_micros((now_us() - started) as u64),
+        workers_started: run.next_id - 1,
+        proxy_connections: run.proxies.iter().map(Proxy::connections).sum(),
+        garbled_lines,
+        stragglers,
+        revision: revision(),
     };
-    let direct = match &redis {
-        Topo::Cluster(cluster) => Some(Deployment::cluster(cluster.urls())),
-        Topo::Sentinel(group) => Some(Deployment::sentinel(
-            group.sentinel_urls(),
-            group.service_name(),
-        )),
-        Topo::Single(_) | Topo::Redlock(_) => None,
-    };
-    let redis = Arc::new(Mutex::new(redis));
-    let info_server = with_topo(&redis, |t| {
+    Ok((history, info))
+}
+
+/// `redis_version` of a data node of the run, or `?`.
+async fn redis_version(redis: &Arc<Mutex<Topo>>) -> String {
+    let info_server = with_topo(redis, |t| {
         t.any_node()
             .try_cli(&["INFO", "server"], Duration::from_secs(1))
             .ok()
@@ -1353,12 +1439,16 @@ pub async fn run(
     .await
     .ok()
     .flatten();
-    let redis_version = info_server
+    info_server
         .as_deref()
         .and_then(|info| info.lines().find_map(|l| l.strip_prefix("redis_version:")))
         .unwrap_or("?")
         .trim()
-        .to_owned();
+        .to_owned()
+}
+
+/// A proxy in front of each of `ports`.
+async fn start_proxies(ports: Vec<u16>) -> Result<Vec<Proxy>, String> {
     let mut proxies = Vec::new();
     for port in ports {
         let proxy = Proxy::start(port)
@@ -1366,123 +1456,134 @@ pub async fn run(
             .map_err(|err| format!("cannot start the proxy: {err}"))?;
         proxies.push(proxy);
     }
-    let deployment = match (direct, setup) {
-        (Some(deployment), _) => deployment_spec(&deployment),
-        (None, Setup::Redlock) => {
-            deployment_spec(&Deployment::redlock(proxies.iter().map(Proxy::url)))
-        }
-        (None, _) => proxies[0].url(),
-    };
-    let resource = Resource::start()
-        .await
-        .map_err(|err| format!("cannot start the fenced resource: {err}"))?;
-    let exe = std::env::current_exe().map_err(|err| format!("cannot find this binary: {err}"))?;
-    let (events_tx, events) = mpsc::unbounded_channel();
-    let mut run = Run {
-        options: options.clone(),
-        kind,
-        setup,
-        redis,
-        proxies,
-        deployment,
-        resource,
-        exe,
-        rng: Rng::new(options.seed, 0),
-        workers: Vec::new(),
-        next_id: 1,
-        collected: Shared::default(),
-        events,
-        events_tx,
-        deaths: HashMap::new(),
-        faults: Vec::new(),
-        crashes: Vec::new(),
-        unexpected_exits: 0,
-        evictions: Vec::new(),
-    };
-    for _ in 0..options.clients {
-        run.spawn_worker().await?;
-    }
-    // Wait until every client is connected, then let the load settle.
-    let mut hello = HashSet::new();
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
-    while hello.len() < options.clients as usize {
-        match tokio::time::timeout_at(deadline, run.events.recv()).await {
-            Ok(Some((id, WorkerLine::Hello { .. }))) => {
-                hello.insert(id);
+    Ok(proxies)
+}
+
+impl Run {
+    /// Starts the Redis processes of `setup`, their proxies and the fenced
+    /// resource (no workers yet); also returns the servers'
+    /// `redis_version`.
+    async fn start(
+        options: &Options,
+        kind: LockKind,
+        setup: Setup,
+    ) -> Result<(Run, String), String> {
+        let redis = tokio::task::spawn_blocking(move || Topo::start(setup))
+            .await
+            .map_err(|err| format!("cannot start redis-server: {err}"))?;
+        let ports = redis.proxied_ports();
+        let direct = redis.direct_deployment();
+        let redis = Arc::new(Mutex::new(redis));
+        let redis_version = redis_version(&redis).await;
+        let proxies = start_proxies(ports).await?;
+        let deployment = match (direct, setup) {
+            (Some(deployment), _) => deployment_spec(&deployment),
+            (None, Setup::Redlock) => {
+                deployment_spec(&Deployment::redlock(proxies.iter().map(Proxy::url)))
             }
-            Ok(Some(_)) => {}
-            _ => return Err("client processes did not connect within 20 s".into()),
+            (None, _) => proxies[0].url(),
+        };
+        let resource = Resource::start()
+            .await
+            .map_err(|err| format!("cannot start the fenced resource: {err}"))?;
+        let exe =
+            std::env::current_exe().map_err(|err| format!("cannot find this binary: {err}"))?;
+        let (events_tx, events) = mpsc::unbounded_channel();
+        let run = Run {
+            options: options.clone(),
+            kind,
+            setup,
+            redis,
+            proxies,
+            deployment,
+            resource,
+            exe,
+            rng: Rng::new(options.seed, 0),
+            workers: Vec::new(),
+            next_id: 1,
+            collected: Shared::default(),
+            events,
+            events_tx,
+            deaths: HashMap::new(),
+            faults: Vec::new(),
+            crashes: Vec::new(),
+            unexpected_exits: 0,
+            evictions: Vec::new(),
+        };
+        Ok((run, redis_version))
+    }
+
+    /// Starts the workers, waits until every client is connected, then
+    /// lets the load settle.
+    async fn start_workers(&mut self) -> Result<(), String> {
+        let clients = self.options.clients as usize;
+        for _ in 0..clients {
+            self.spawn_worker().await?;
         }
-    }
-    tokio::time::sleep(Duration::from_secs(1)).await;
-
-    let mut plan = Plan {
-        kinds: if setup == Setup::Single {
-            options.faults.clone()
-        } else {
-            setup.faults()
-        },
-        queue: Vec::new(),
-        topology: setup != Setup::Single,
-        rounds: 0,
-        rng: Rng::new(options.seed, 1),
-    };
-    for _ in 0..skip {
-        plan.next();
-    }
-    let faults_end = now_us() + clock::micros(options.duration);
-    // The longest fault takes about this long; none starts that close to the end.
-    let longest = clock::micros(options.lease * 4 + options.wait);
-    let mut last_report = now_us();
-    while now_us() + longest < faults_end {
-        run.reap().await?;
-        let kind = plan.next();
-        run.inject(kind).await?;
-        let gap = Duration::from_millis(run.rng.range(300, 1000));
-        tokio::time::sleep(gap).await;
-        if now_us() - last_report > 15_000_000 {
-            last_report = now_us();
-            let done = lock(&run.collected).sections.len();
-            eprintln!(
-                "  {:>4.0} s: {} faults, {} critical sections",
-                (now_us() - started) as f64 / 1e6,
-                run.faults.len(),
-                done
-            );
+        let mut hello = HashSet::new();
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+        while hello.len() < clients {
+            match tokio::time::timeout_at(deadline, self.events.recv()).await {
+                Ok(Some((id, WorkerLine::Hello { .. }))) => {
+                    hello.insert(id);
+                }
+                Ok(Some(_)) => {}
+                _ => return Err("client processes did not connect within 20 s".into()),
+            }
         }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        Ok(())
     }
-    tokio::time::sleep(Duration::from_micros((faults_end - now_us()).max(0) as u64)).await;
-    let stopped_at = now_us();
-    let stragglers = run.stop_workers().await;
 
-    // Every lock must be free a lease after the last holder stopped.
-    tokio::time::sleep(options.lease + CRASH_SLACK).await;
-    let leftover = leftover(&run.redis, options.keys).await;
+    /// Injects the faults of `plan`, one after the other with a pause
+    /// between them, for the run's `--duration` (none starts too close to
+    /// its end), replacing workers that exited; progress on stderr every
+    /// 15 s (`started`: when the run started).
+    async fn inject_faults(&mut self, plan: &mut Plan, started: i64) -> Result<(), String> {
+        let faults_end = now_us() + clock::micros(self.options.duration);
+        // The longest fault takes about this long; none starts that close to the end.
+        let longest = clock::micros(self.options.lease * 4 + self.options.wait);
+        let mut last_report = now_us();
+        while now_us() + longest < faults_end {
+            self.reap().await?;
+            let kind = plan.next();
+            self.inject(kind).await?;
+            let gap = Duration::from_millis(self.rng.range(300, 1000));
+            tokio::time::sleep(gap).await;
+            if now_us() - last_report > 15_000_000 {
+                last_report = now_us();
+                let done = lock(&self.collected).sections.len();
+                eprintln!(
+                    "  {:>4.0} s: {} faults, {} critical sections",
+                    (now_us() - started) as f64 / 1e6,
+                    self.faults.len(),
+                    done
+                );
+            }
+        }
+        tokio::time::sleep(Duration::from_micros((faults_end - now_us()).max(0) as u64)).await;
+        Ok(())
+    }
 
-    let writes = run.resource.log();
-    let collected = std::mem::take(&mut *lock(&run.collected));
-    let mut history = collected.history;
-    history.lease_us = clock::micros(options.lease);
-    history.permits = PERMITS;
-    history.writes = writes;
-    history.faults = std::mem::take(&mut run.faults);
-    history.crashes = std::mem::take(&mut run.crashes);
-    history.leftover = leftover;
-    history.unexpected_exits = run.unexpected_exits;
-    history.evictions = std::mem::take(&mut run.evictions);
-    history.stopped_at = Some(stopped_at);
-    history.sections = sections(&collected.sections, &history.writes, &run.deaths);
-
-    let info = RunInfo {
-        redis_version,
-        elapsed: Duration::from_micros((now_us() - started) as u64),
-        workers_started: run.next_id - 1,
-        proxy_connections: run.proxies.iter().map(Proxy::connections).sum(),
-        garbled_lines: collected.garbled,
-        stragglers,
-        revision: revision(),
-    };
-    Ok((history, info))
+    /// What the run recorded, once the workers have stopped (at
+    /// `stopped_at`) and `leftover` lock keys were counted; also the
+    /// number of worker lines that could not be parsed.
+    fn history(&mut self, leftover: Option<u32>, stopped_at: i64) -> (History, u64) {
+        let writes = self.resource.log();
+        let collected = std::mem::take(&mut *lock(&self.collected));
+        let mut history = collected.history;
+        history.lease_us = clock::micros(self.options.lease);
+        history.permits = PERMITS;
+        history.writes = writes;
+        history.faults = std::mem::take(&mut self.faults);
+        history.crashes = std::mem::take(&mut self.crashes);
+        history.leftover = leftover;
+        history.unexpected_exits = self.unexpected_exits;
+        history.evictions = std::mem::take(&mut self.evictions);
+        history.stopped_at = Some(stopped_at);
+        history.sections = sections(&collected.sections, &history.writes, &self.deaths);
+        (history, collected.garbled)
+    }
 }
 
 /// Critical sections: those their holders reported, plus those of killed

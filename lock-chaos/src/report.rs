@@ -159,57 +159,7 @@ pub fn markdown(options: &Options, all: &[KindRun]) -> String {
     if runs.len() == 1 {
         details(w, options, &runs[0], "##");
     } else if runs.len() > 1 {
-        let _ = writeln!(
-            w,
-            "One run per kind of lock, one after the other, each with its own `redis-server` \
-             and the same options and seed.\n"
-        );
-        let _ = writeln!(w, "## Safety figures per kind (each must be 0)\n");
-        let _ = write!(w, "| figure |");
-        for run in runs {
-            let _ = write!(w, " {} |", run.kind);
-        }
-        let _ = write!(w, "\n|---|");
-        for _ in runs {
-            let _ = write!(w, "---:|");
-        }
-        let _ = writeln!(w);
-        let names = runs[0].figures.safety().map(|(name, _)| name);
-        for (i, name) in names.into_iter().enumerate() {
-            let _ = write!(w, "| {name} |");
-            for run in runs {
-                let value = run.figures.safety()[i].1;
-                let mark = if value == 0 { "" } else { " **✗**" };
-                if applies(run.kind, i) {
-                    let _ = write!(w, " {value}{mark} |");
-                } else {
-                    let _ = write!(w, " n/a ({value}) |");
-                }
-            }
-            let _ = writeln!(w);
-        }
-        let _ = write!(w, "| *acquisitions (critical sections entered)* |");
-        for run in runs {
-            let _ = write!(w, " {} |", run.figures.acquisitions);
-        }
-        let _ = write!(w, "\n| *faults injected* |");
-        for run in runs {
-            let _ = write!(w, " {} |", run.history.faults.len());
-        }
-        let unsafe_kinds: Vec<&str> = runs
-            .iter()
-            .filter(|run| !run.figures.is_safe())
-            .map(|run| run.kind.name())
-            .collect();
-        if unsafe_kinds.is_empty() {
-            let _ = writeln!(w, "\n\nAll safety figures are 0 for every kind.\n");
-        } else {
-            let _ = writeln!(
-                w,
-                "\n\n**Some safety figures are not 0 for: {}. See that kind's Findings below.**\n",
-                unsafe_kinds.join(", ")
-            );
-        }
+        kinds_summary(w, runs);
         for run in runs {
             let _ = writeln!(w, "## Kind: {}\n", run.kind);
             let _ = writeln!(w, "The tasks take {}.\n", run.kind.description());
@@ -229,8 +179,61 @@ pub fn markdown(options: &Options, all: &[KindRun]) -> String {
     out
 }
 
-/// A row of the topology table: its name and how to get a run's value.
-type Row = (&'static str, fn(&KindRun) -> String);
+/// The summary of several single-Redis runs, one per kind of lock: a table
+/// of their safety figures side by side, and the verdict.
+fn kinds_summary(w: &mut String, runs: &[KindRun]) {
+    let _ = writeln!(
+        w,
+        "One run per kind of lock, one after the other, each with its own `redis-server` \
+         and the same options and seed.\n"
+    );
+    let _ = writeln!(w, "## Safety figures per kind (each must be 0)\n");
+    let _ = write!(w, "| figure |");
+    for run in runs {
+        let _ = write!(w, " {} |", run.kind);
+    }
+    let _ = write!(w, "\n|---|");
+    for _ in runs {
+        let _ = write!(w, "---:|");
+    }
+    let _ = writeln!(w);
+    let names = runs[0].figures.safety().map(|(name, _)| name);
+    for (i, name) in names.into_iter().enumerate() {
+        let _ = write!(w, "| {name} |");
+        for run in runs {
+            let value = run.figures.safety()[i].1;
+            let mark = if value == 0 { "" } else { " **✗**" };
+            if applies(run.kind, i) {
+                let _ = write!(w, " {value}{mark} |");
+            } else {
+                let _ = write!(w, " n/a ({value}) |");
+            }
+        }
+        let _ = writeln!(w);
+    }
+    let _ = write!(w, "| *acquisitions (critical sections entered)* |");
+    for run in runs {
+        let _ = write!(w, " {} |", run.figures.acquisitions);
+    }
+    let _ = write!(w, "\n| *faults injected* |");
+    for run in runs {
+        let _ = write!(w, " {} |", run.history.faults.len());
+    }
+    let unsafe_kinds: Vec<&str> = runs
+        .iter()
+        .filter(|run| !run.figures.is_safe())
+        .map(|run| run.kind.name())
+        .collect();
+    if unsafe_kinds.is_empty() {
+        let _ = writeln!(w, "\n\nAll safety figures are 0 for every kind.\n");
+    } else {
+        let _ = writeln!(
+            w,
+            "\n\n**Some safety figures are not 0 for: {}. See that kind's Findings below.**\n",
+            unsafe_kinds.join(", ")
+        );
+    }
+}
 
 /// The topology runs: a table next to the single-Redis exclusive run, then
 /// one section per run.
@@ -255,58 +258,7 @@ fn topologies(w: &mut String, options: &Options, single: &[KindRun], runs: &[&Ki
     for run in runs {
         columns.push((run.setup.label(), run));
     }
-    let _ = write!(w, "| figure |");
-    for (label, _) in &columns {
-        let _ = write!(w, " {label} |");
-    }
-    let _ = write!(w, "\n|---|");
-    for _ in &columns {
-        let _ = write!(w, "---:|");
-    }
-    let _ = writeln!(w);
-    let names = columns[0].1.figures.safety().map(|(name, _)| name);
-    for (i, name) in names.into_iter().enumerate() {
-        let _ = write!(w, "| {name} |");
-        for (_, run) in &columns {
-            let value = run.figures.safety()[i].1;
-            let mark = match (value, run.setup.must_be_safe()) {
-                (0, _) => "",
-                (_, true) => " **✗**",
-                (_, false) => " (measured)",
-            };
-            let _ = write!(w, " {value}{mark} |");
-        }
-        let _ = writeln!(w);
-    }
-    let rows: [Row; 4] = [
-        ("*acquisitions (critical sections entered)*", |r| {
-            r.figures.acquisitions.to_string()
-        }),
-        ("*faults injected*", |r| r.history.faults.len().to_string()),
-        ("*acquires that failed: Redis unavailable*", |r| {
-            r.figures
-                .failures
-                .get(&FailKind::Unavailable)
-                .copied()
-                .unwrap_or(0)
-                .to_string()
-        }),
-        ("*holders told of loss*", |r| r.figures.told.to_string()),
-    ];
-    for (name, value) in rows {
-        let _ = write!(w, "| {name} |");
-        for (_, run) in &columns {
-            let _ = write!(w, " {} |", value(run));
-        }
-        let _ = writeln!(w);
-    }
-    if columns.iter().any(|(_, run)| run.setup == Setup::Eviction) {
-        let _ = write!(w, "| *lock keys evicted while held (grants lost)* |");
-        for (_, run) in &columns {
-            let _ = write!(w, " {} |", run.figures.evicted_held);
-        }
-        let _ = writeln!(w);
-    }
+    topology_table(w, &columns);
     let failing: Vec<String> = runs
         .iter()
         .filter(|run| run.setup.must_be_safe() && !run.figures.is_safe())
@@ -334,6 +286,66 @@ fn topologies(w: &mut String, options: &Options, single: &[KindRun], runs: &[&Ki
             faults(&run.setup.faults())
         );
         details(w, options, run, "###");
+    }
+}
+
+/// A row of the topology table: its name and how to get a run's value.
+type Row = (&'static str, fn(&KindRun) -> String);
+
+/// The topology table: a column per run (`columns`: label and run), a row
+/// per safety figure, then rows of activity.
+fn topology_table(w: &mut String, columns: &[(String, &KindRun)]) {
+    let _ = write!(w, "| figure |");
+    for (label, _) in columns {
+        let _ = write!(w, " {label} |");
+    }
+    let _ = write!(w, "\n|---|");
+    for _ in columns {
+        let _ = write!(w, "---:|");
+    }
+    let _ = writeln!(w);
+    let names = columns[0].1.figures.safety().map(|(name, _)| name);
+    for (i, name) in names.into_iter().enumerate() {
+        let _ = write!(w, "| {name} |");
+        for (_, run) in columns {
+            let value = run.figures.safety()[i].1;
+            let mark = match (value, run.setup.must_be_safe()) {
+                (0, _) => "",
+                (_, true) => " **✗**",
+                (_, false) => " (measured)",
+            };
+            let _ = write!(w, " {value}{mark} |");
+        }
+        let _ = writeln!(w);
+    }
+    let rows: [Row; 4] = [
+        ("*acquisitions (critical sections entered)*", |r| {
+            r.figures.acquisitions.to_string()
+        }),
+        ("*faults injected*", |r| r.history.faults.len().to_string()),
+        ("*acquires that failed: Redis unavailable*", |r| {
+            r.figures
+                .failures
+                .get(&FailKind::Unavailable)
+                .copied()
+                .unwrap_or(0)
+                .to_string()
+        }),
+        ("*holders told of loss*", |r| r.figures.told.to_string()),
+    ];
+    for (name, value) in rows {
+        let _ = write!(w, "| {name} |");
+        for (_, run) in columns {
+            let _ = write!(w, " {} |", value(run));
+        }
+        let _ = writeln!(w);
+    }
+    if columns.iter().any(|(_, run)| run.setup == Setup::Eviction) {
+        let _ = write!(w, "| *lock keys evicted while held (grants lost)* |");
+        for (_, run) in columns {
+            let _ = write!(w, " {} |", run.figures.evicted_held);
+        }
+        let _ = writeln!(w);
     }
 }
 
@@ -368,15 +380,17 @@ earlier token of the key (readers' acquisitions may interleave in any order).
 
 /// The figures of one run, with headings at level `h`.
 fn details(w: &mut String, options: &Options, run: &KindRun, h: &str) {
-    let KindRun {
-        kind,
-        setup,
-        info,
-        history,
-        figures,
-        t0,
-    } = run;
-    let (kind, t0) = (*kind, *t0);
+    run_summary(w, options, run);
+    safety_table(w, run, h);
+    activity_table(w, run, h);
+    loss_notices(w, &run.figures, h);
+    faults_injected(w, run, h);
+    findings(w, options, run, h);
+}
+
+/// The paragraph that says how the run was made: its options and versions.
+fn run_summary(w: &mut String, options: &Options, run: &KindRun) {
+    let (kind, info) = (run.kind, &run.info);
     let _ = writeln!(
         w,
         "Run ({kind}): {} client processes × {} tasks on {} lock names, lease {} ms, wait {} ms, \
@@ -401,12 +415,16 @@ fn details(w: &mut String, options: &Options, run: &KindRun, h: &str) {
         std::thread::available_parallelism().map_or(0, |n| n.get()),
         info.revision,
     );
+}
 
+/// The "Safety figures" section: one row per figure, then the verdict.
+fn safety_table(w: &mut String, run: &KindRun, h: &str) {
+    let figures = &run.figures;
     let _ = writeln!(w, "{h} Safety figures (each must be 0)\n");
     let _ = writeln!(w, "| figure | value |\n|---|---:|");
     for (i, (name, value)) in figures.safety().into_iter().enumerate() {
         let mark = if value == 0 { "" } else { " **✗**" };
-        if applies(kind, i) {
+        if applies(run.kind, i) {
             let _ = writeln!(w, "| {name} | {value}{mark} |");
         } else {
             let _ = writeln!(w, "| {name} | n/a ({value}) |");
@@ -418,12 +436,28 @@ fn details(w: &mut String, options: &Options, run: &KindRun, h: &str) {
         "**Some safety figures are not 0: see Findings below.**"
     };
     let _ = writeln!(w, "\n{verdict}\n");
+}
 
+/// One row of a two-column `| figure | value |` table.
+fn row(w: &mut String, name: &str, value: String) {
+    let _ = writeln!(w, "| {name} | {value} |");
+}
+
+/// The "Activity" section: what the clients did, then what happened to
+/// them.
+fn activity_table(w: &mut String, run: &KindRun, h: &str) {
     let _ = writeln!(w, "{h} Activity\n");
     let _ = writeln!(w, "| figure | value |\n|---|---:|");
-    let row = |w: &mut String, name: &str, value: String| {
-        let _ = writeln!(w, "| {name} | {value} |");
-    };
+    acquisition_rows(w, run);
+    release_and_write_rows(w, &run.figures);
+    crash_rows(w, &run.figures);
+    client_rows(w, run);
+}
+
+/// Activity rows: acquisitions, failed and cancelled acquires, and (for
+/// exclusive and fair locks) locked calls.
+fn acquisition_rows(w: &mut String, run: &KindRun) {
+    let figures = &run.figures;
     row(
         w,
         "acquisitions (critical sections entered)",
@@ -455,7 +489,7 @@ fn details(w: &mut String, options: &Options, run: &KindRun, h: &str) {
             cancelled(CancelHow::Abort)
         ),
     );
-    if matches!(kind, LockKind::Exclusive | LockKind::Fair) {
+    if matches!(run.kind, LockKind::Exclusive | LockKind::Fair) {
         row(
             w,
             "locked calls inside a critical section: re-entries of its lock / calls on another lock (joined in pairs)",
@@ -467,6 +501,11 @@ fn details(w: &mut String, options: &Options, run: &KindRun, h: &str) {
             spread(&figures.reentry_wait),
         );
     }
+}
+
+/// Activity rows: releases, writes to the fenced resource, overlaps with
+/// frozen holders and loss notices.
+fn release_and_write_rows(w: &mut String, figures: &Figures) {
     let releases = |kind| figures.releases.get(&kind).copied().unwrap_or(0);
     row(
         w,
@@ -515,6 +554,11 @@ fn details(w: &mut String, options: &Options, run: &KindRun, h: &str) {
         "loss notices > 100 ms after the validity deadline (runtime not frozen)",
         figures.late_notices.to_string(),
     );
+}
+
+/// Activity rows: client processes killed inside a critical section, and
+/// the lock keys left at the end.
+fn crash_rows(w: &mut String, figures: &Figures) {
     row(
         w,
         "client processes killed inside a critical section / their lock still theirs in Redis right after",
@@ -537,6 +581,12 @@ fn details(w: &mut String, options: &Options, run: &KindRun, h: &str) {
         "lock keys left a lease after every client stopped",
         figures.leftover.map_or("?".into(), |n| n.to_string()),
     );
+}
+
+/// Activity rows: handoffs, client processes, recoveries after black
+/// holes, evictions, proxy connections and (fair locks) arrival order.
+fn client_rows(w: &mut String, run: &KindRun) {
+    let (figures, info) = (&run.figures, &run.info);
     row(
         w,
         "handoff, release → waiter's acquisition, outside faults (min / p50 / p99 / max)",
@@ -562,7 +612,7 @@ fn details(w: &mut String, options: &Options, run: &KindRun, h: &str) {
             format!("{back} / {workers}; {}", slowest.map_or("–".to_owned(), ms)),
         );
     }
-    if *setup == Setup::Eviction || !history.evictions.is_empty() {
+    if run.setup == Setup::Eviction || !run.history.evictions.is_empty() {
         row(
             w,
             "keys of the locks Redis evicted / a lock's own key evicted while held (grants lost)",
@@ -575,14 +625,17 @@ fn details(w: &mut String, options: &Options, run: &KindRun, h: &str) {
         info.proxy_connections.to_string(),
     );
 
-    if kind == LockKind::Fair {
+    if run.kind == LockKind::Fair {
         row(
             w,
             "grants out of arrival order, information only (see Definitions) / pairs of waiters with a clear arrival order",
             format!("{} / {}", figures.out_of_order, figures.waiting_pairs),
         );
     }
+}
 
+/// The "Holders told of loss" section: the margins by reason.
+fn loss_notices(w: &mut String, figures: &Figures, h: &str) {
     let _ = writeln!(w, "\n{h} Holders told of loss\n");
     let _ = writeln!(
         w,
@@ -613,10 +666,15 @@ fn details(w: &mut String, options: &Options, run: &KindRun, h: &str) {
             spread(s)
         );
     }
+}
 
+/// The "Faults injected" section: a count per kind of fault (every kind
+/// of the run's setup), and in a single-Redis run what some of them did.
+fn faults_injected(w: &mut String, run: &KindRun, h: &str) {
+    let (setup, figures) = (run.setup, &run.figures);
     let _ = writeln!(w, "\n{h} Faults injected\n");
     let _ = writeln!(w, "| fault | count | what it does |\n|---|---:|---|");
-    let listed = if *setup == Setup::Single {
+    let listed = if setup == Setup::Single {
         FaultKind::ALL.to_vec()
     } else {
         setup.faults()
@@ -625,177 +683,238 @@ fn details(w: &mut String, options: &Options, run: &KindRun, h: &str) {
         let count = figures.faults.get(&kind).copied().unwrap_or(0);
         let _ = writeln!(w, "| {} | {count} | {} |", kind.name(), kind.description());
     }
-    if *setup == Setup::Single {
-        fault_details(w, history, figures, t0);
+    if setup == Setup::Single {
+        fault_details(w, &run.history, figures, run.t0);
     }
+}
 
+/// The "Findings" section (its heading only if a safety figure is not 0 or
+/// a holder was frozen): a topology run's faults in order, then examples
+/// of each violation found.
+fn findings(w: &mut String, options: &Options, run: &KindRun, h: &str) {
+    let KindRun {
+        setup,
+        history,
+        figures,
+        t0,
+        ..
+    } = run;
     if !figures.is_safe() || !figures.frozen_overlaps.is_empty() {
         let _ = writeln!(w, "\n{h} Findings\n");
     }
     if *setup != Setup::Single {
-        let _ = writeln!(w, "Faults, in order (times from the start of the run):\n");
-        for f in &history.faults {
-            let _ = writeln!(
-                w,
-                "- {} {}–{}: {}",
-                f.kind,
-                ms(f.start - t0),
-                ms(f.end - t0),
-                f.detail
-            );
-        }
-        let _ = writeln!(w);
+        fault_log(w, history, *t0);
     }
     if !figures.unwarned_overlaps.is_empty() {
-        let mut by_fault: std::collections::BTreeMap<String, usize> = Default::default();
-        for o in &figures.unwarned_overlaps {
-            let last = if in_one_task(o) {
-                ONE_TASK
-            } else {
-                o.last_fault.map_or("none", FaultKind::name)
-            };
-            *by_fault.entry(last.to_owned()).or_default() += 1;
-        }
-        let _ = writeln!(
-            w,
-            "**Unwarned overlaps: {}.** By the last fault injected before the overlap began: {}. \
-             Examples (times from the start of the run):\n",
-            figures.unwarned_overlaps.len(),
-            by_fault
-                .iter()
-                .map(|(k, n)| format!("{k}: {n}"))
-                .collect::<Vec<_>>()
-                .join("; ")
-        );
-        for o in figures.unwarned_overlaps.iter().take(EXAMPLES) {
-            let _ = writeln!(w, "- {}", overlap_line(o, history, t0));
-        }
-        let mut kinds: Vec<FaultKind> = figures
-            .unwarned_overlaps
-            .iter()
-            .filter(|o| !in_one_task(o))
-            .filter_map(|o| o.last_fault)
-            .collect();
-        kinds.sort();
-        kinds.dedup();
-        // `--faults` names the single-server runs' faults; a topology run
-        // injects its own.
-        kinds.retain(|k| FaultKind::ALL.contains(k));
-        let single = *setup == Setup::Single;
-        if !single || !kinds.is_empty() {
-            let only = Options {
-                faults: if single {
-                    kinds
-                } else {
-                    Options::default().faults
-                },
-                kinds: vec![kind],
-                topologies: vec![setup.topology()],
-                duration: std::time::Duration::from_secs(30),
-                report: None,
-                ci: false,
-                ..options.clone()
-            };
-            let what = if single {
-                "with only those faults"
-            } else {
-                "this run alone"
-            };
-            let _ = writeln!(w, "\nTo reproduce {what}: `{}`", only.command());
-        }
-        let _ = writeln!(w);
+        unwarned_overlaps(w, options, run);
     }
     if !figures.token_regressions.is_empty() {
-        let _ = writeln!(
-            w,
-            "**Fencing tokens that went backwards: {}.** Examples:\n",
-            figures.token_regressions.len()
-        );
-        for r in figures.token_regressions.iter().take(EXAMPLES) {
-            let _ = writeln!(
-                w,
-                "- k{}: {} got token {} at {} although token {} had been issued before; faults nearby: {}",
-                r.key,
-                r.holder,
-                r.token,
-                ms(r.acquired - t0),
-                r.earlier_max,
-                faults(&r.faults)
-            );
-        }
-        let _ = writeln!(w);
+        token_regressions(w, figures, *t0);
     }
     if !figures.stale_accepted.is_empty() {
-        let _ = writeln!(
-            w,
-            "**Stale-token writes accepted: {}.** Examples:\n",
-            figures.stale_accepted.len()
-        );
-        for s in figures.stale_accepted.iter().take(EXAMPLES) {
-            let _ = writeln!(
-                w,
-                "- k{}: {} wrote token {} at {} after another holder had written token {}",
-                s.write.key,
-                s.write.holder,
-                s.write.token,
-                ms(s.write.at - t0),
-                s.other_token
-            );
-        }
-        let _ = writeln!(w);
+        stale_writes_accepted(w, figures, *t0);
     }
     if figures.held_past_crash > 0 {
-        let _ = writeln!(
-            w,
-            "**Locks held past a crashed holder's lease: {}.**\n",
-            figures.held_past_crash
-        );
-        for c in history
-            .crashes
-            .iter()
-            .filter(|c| c.held_after_lease.is_some_and(|n| n > 0))
-            .take(EXAMPLES)
-        {
-            let _ = writeln!(
-                w,
-                "- worker {} killed at {} holding k{}: PTTL {:?} ms, {:?} locks still its own a lease later",
-                c.worker,
-                ms(c.killed_at - t0),
-                c.key,
-                c.pttl_ms,
-                c.held_after_lease
-            );
-        }
-        let _ = writeln!(w);
+        locks_held_past_crash(w, history, figures, *t0);
     }
     if figures.hung_acquires > 0 {
-        let _ = writeln!(w, "**Waiters never woken: {}.**\n", figures.hung_acquires);
-        for h in history.hangs.iter().take(EXAMPLES) {
-            let _ = writeln!(
-                w,
-                "- worker {} {:?} of k{} called at {} did not return within {} ms",
-                h.worker,
-                h.call,
-                h.key,
-                ms(h.start - t0),
-                h.limit_ms
-            );
-        }
-        let _ = writeln!(w);
+        waiters_never_woken(w, history, figures, *t0);
     }
     if !figures.frozen_overlaps.is_empty() {
+        frozen_overlaps(w, history, figures, *t0);
+    }
+}
+
+/// Every fault of a run, in order, with its detail.
+fn fault_log(w: &mut String, history: &History, t0: i64) {
+    let _ = writeln!(w, "Faults, in order (times from the start of the run):\n");
+    for f in &history.faults {
         let _ = writeln!(
             w,
-            "Overlaps with a frozen holder (not a violation of the lock; see Definitions): {}. \
-             The fence rejected {} stale writes in this run. Examples:\n",
-            figures.frozen_overlaps.len(),
-            figures.stale_rejected
+            "- {} {}–{}: {}",
+            f.kind,
+            ms(f.start - t0),
+            ms(f.end - t0),
+            f.detail
         );
-        for o in figures.frozen_overlaps.iter().take(3) {
-            let _ = writeln!(w, "- {}", overlap_line(o, history, t0));
-        }
-        let _ = writeln!(w);
     }
+    let _ = writeln!(w);
+}
+
+/// Findings: the unwarned overlaps, counted by the last fault before each,
+/// a few examples, and the command that reproduces them.
+fn unwarned_overlaps(w: &mut String, options: &Options, run: &KindRun) {
+    let (history, figures) = (&run.history, &run.figures);
+    let mut by_fault: std::collections::BTreeMap<String, usize> = Default::default();
+    for o in &figures.unwarned_overlaps {
+        let last = if in_one_task(o) {
+            ONE_TASK
+        } else {
+            o.last_fault.map_or("none", FaultKind::name)
+        };
+        *by_fault.entry(last.to_owned()).or_default() += 1;
+    }
+    let _ = writeln!(
+        w,
+        "**Unwarned overlaps: {}.** By the last fault injected before the overlap began: {}. \
+         Examples (times from the start of the run):\n",
+        figures.unwarned_overlaps.len(),
+        by_fault
+            .iter()
+            .map(|(k, n)| format!("{k}: {n}"))
+            .collect::<Vec<_>>()
+            .join("; ")
+    );
+    for o in figures.unwarned_overlaps.iter().take(EXAMPLES) {
+        let _ = writeln!(w, "- {}", overlap_line(o, history, run.t0));
+    }
+    if let Some(line) = reproduce_overlaps(options, run) {
+        let _ = writeln!(w, "{line}");
+    }
+    let _ = writeln!(w);
+}
+
+/// The line giving the command that reproduces a run's unwarned overlaps:
+/// a single-Redis run with only the faults that preceded them (`None` if
+/// none did), or a topology run alone.
+fn reproduce_overlaps(options: &Options, run: &KindRun) -> Option<String> {
+    let mut kinds: Vec<FaultKind> = run
+        .figures
+        .unwarned_overlaps
+        .iter()
+        .filter(|o| !in_one_task(o))
+        .filter_map(|o| o.last_fault)
+        .collect();
+    kinds.sort();
+    kinds.dedup();
+    // `--faults` names the single-server runs' faults; a topology run
+    // injects its own.
+    kinds.retain(|k| FaultKind::ALL.contains(k));
+    let single = run.setup == Setup::Single;
+    if single && kinds.is_empty() {
+        return None;
+    }
+    let only = Options {
+        faults: if single {
+            kinds
+        } else {
+            Options::default().faults
+        },
+        kinds: vec![run.kind],
+        topologies: vec![run.setup.topology()],
+        duration: std::time::Duration::from_secs(30),
+        report: None,
+        ci: false,
+        ..options.clone()
+    };
+    let what = if single {
+        "with only those faults"
+    } else {
+        "this run alone"
+    };
+    Some(format!("\nTo reproduce {what}: `{}`", only.command()))
+}
+
+/// Findings: fencing tokens that went backwards.
+fn token_regressions(w: &mut String, figures: &Figures, t0: i64) {
+    let _ = writeln!(
+        w,
+        "**Fencing tokens that went backwards: {}.** Examples:\n",
+        figures.token_regressions.len()
+    );
+    for r in figures.token_regressions.iter().take(EXAMPLES) {
+        let _ = writeln!(
+            w,
+            "- k{}: {} got token {} at {} although token {} had been issued before; faults nearby: {}",
+            r.key,
+            r.holder,
+            r.token,
+            ms(r.acquired - t0),
+            r.earlier_max,
+            faults(&r.faults)
+        );
+    }
+    let _ = writeln!(w);
+}
+
+/// Findings: writes with a stale token that the resource accepted.
+fn stale_writes_accepted(w: &mut String, figures: &Figures, t0: i64) {
+    let _ = writeln!(
+        w,
+        "**Stale-token writes accepted: {}.** Examples:\n",
+        figures.stale_accepted.len()
+    );
+    for s in figures.stale_accepted.iter().take(EXAMPLES) {
+        let _ = writeln!(
+            w,
+            "- k{}: {} wrote token {} at {} after another holder had written token {}",
+            s.write.key,
+            s.write.holder,
+            s.write.token,
+            ms(s.write.at - t0),
+            s.other_token
+        );
+    }
+    let _ = writeln!(w);
+}
+
+/// Findings: killed holders whose locks outlived their lease.
+fn locks_held_past_crash(w: &mut String, history: &History, figures: &Figures, t0: i64) {
+    let _ = writeln!(
+        w,
+        "**Locks held past a crashed holder's lease: {}.**\n",
+        figures.held_past_crash
+    );
+    for c in history
+        .crashes
+        .iter()
+        .filter(|c| c.held_after_lease.is_some_and(|n| n > 0))
+        .take(EXAMPLES)
+    {
+        let _ = writeln!(
+            w,
+            "- worker {} killed at {} holding k{}: PTTL {:?} ms, {:?} locks still its own a lease later",
+            c.worker,
+            ms(c.killed_at - t0),
+            c.key,
+            c.pttl_ms,
+            c.held_after_lease
+        );
+    }
+    let _ = writeln!(w);
+}
+
+/// Findings: acquires and releases the workers' watchdogs gave up on.
+fn waiters_never_woken(w: &mut String, history: &History, figures: &Figures, t0: i64) {
+    let _ = writeln!(w, "**Waiters never woken: {}.**\n", figures.hung_acquires);
+    for h in history.hangs.iter().take(EXAMPLES) {
+        let _ = writeln!(
+            w,
+            "- worker {} {:?} of k{} called at {} did not return within {} ms",
+            h.worker,
+            h.call,
+            h.key,
+            ms(h.start - t0),
+            h.limit_ms
+        );
+    }
+    let _ = writeln!(w);
+}
+
+/// Findings: overlaps with a holder frozen past its deadline (no
+/// violation: the fence's job).
+fn frozen_overlaps(w: &mut String, history: &History, figures: &Figures, t0: i64) {
+    let _ = writeln!(
+        w,
+        "Overlaps with a frozen holder (not a violation of the lock; see Definitions): {}. \
+         The fence rejected {} stale writes in this run. Examples:\n",
+        figures.frozen_overlaps.len(),
+        figures.stale_rejected
+    );
+    for o in figures.frozen_overlaps.iter().take(3) {
+        let _ = writeln!(w, "- {}", overlap_line(o, history, t0));
+    }
+    let _ = writeln!(w);
 }
 
 /// Faults of a single-Redis run whose every instance is described (what
@@ -916,3 +1035,333 @@ stopped; clients killed meanwhile are left out.
 worker's tasks have all stopped; a guard lost track of (say, by a cancelled acquisition) \
 would keep its lock renewed.
 ";
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::checker::{
+        CrashCheck, Evicted, Fault, Hang, Holder, Recovery, Regression, Spread, StaleWrite, Write,
+    };
+    use crate::record::{Call, Role};
+
+    const T0: i64 = 1_000_000_000;
+
+    fn holder(worker: u32, task: u32, seq: u64) -> Holder {
+        Holder { worker, task, seq }
+    }
+
+    fn overlap(
+        first: Holder,
+        second: Holder,
+        holders: usize,
+        told: Option<(i64, LossKind)>,
+        last_fault: Option<FaultKind>,
+    ) -> Overlap {
+        Overlap {
+            key: first.worker % 3,
+            first,
+            first_token: 40 + first.seq,
+            first_acquired: T0 + 1_000_000 * i64::from(first.worker),
+            first_end: T0 + 9_000_000,
+            first_reason: told.map(|(_, reason)| reason),
+            first_told: told.map(|(at, _)| at),
+            second,
+            second_token: 50 + second.seq,
+            second_acquired: T0 + 1_500_000 * i64::from(second.worker),
+            overlap_us: 12_345,
+            faults: vec![FaultKind::ProxyCut],
+            last_fault,
+            holders,
+        }
+    }
+
+    fn fault(kind: FaultKind, at_ms: i64, detail: &str) -> Fault {
+        Fault {
+            kind,
+            start: T0 + at_ms * 1000,
+            end: T0 + at_ms * 1000 + 700_123,
+            detail: detail.to_owned(),
+        }
+    }
+
+    /// A run without faults or findings.
+    fn quiet(kind: LockKind, setup: Setup) -> KindRun {
+        KindRun {
+            kind,
+            setup,
+            info: RunInfo {
+                redis_version: "7.0.15".into(),
+                elapsed: Duration::from_millis(15_400),
+                workers_started: 4,
+                revision: "commit abc1234".into(),
+                ..RunInfo::default()
+            },
+            history: History {
+                lease_us: 1_000_000,
+                ..History::default()
+            },
+            figures: Figures {
+                acquisitions: 321,
+                ..Figures::default()
+            },
+            t0: T0,
+        }
+    }
+
+    /// A run with something in every section of its report.
+    fn eventful(kind: LockKind, setup: Setup, last_faults: &[Option<FaultKind>]) -> KindRun {
+        let mut run = quiet(kind, setup);
+        let mut faults = Vec::new();
+        for i in 0..12 {
+            faults.push(fault(
+                FaultKind::RedisRestartStale,
+                100 + i * 900,
+                "SAVE, then",
+            ));
+            faults.push(fault(FaultKind::ProxyBlackhole, 500 + i * 900, "1500 ms"));
+            faults.push(fault(FaultKind::ClientKill, 700 + i * 900, "normal: 3"));
+        }
+        faults.push(fault(
+            FaultKind::SentinelLaggingKill,
+            20_000,
+            "port 1 → port 2",
+        ));
+        let h = &mut run.history;
+        h.faults = faults;
+        h.crashes = vec![
+            CrashCheck {
+                worker: 3,
+                key: 1,
+                killed_at: T0 + 4_000_000,
+                pttl_ms: Some(900),
+                owned_at_kill: true,
+                held_after_lease: Some(1),
+            },
+            CrashCheck {
+                worker: 5,
+                key: 2,
+                killed_at: T0 + 5_000_000,
+                pttl_ms: None,
+                owned_at_kill: false,
+                held_after_lease: Some(0),
+            },
+        ];
+        h.hangs = vec![Hang {
+            worker: 2,
+            call: Call::Release,
+            key: 0,
+            start: T0 + 7_000_000,
+            limit_ms: 1300,
+        }];
+        h.evictions = vec![Evicted {
+            name: "chaos:{k1}".into(),
+            lock: Some(1),
+            holder_key: true,
+            at: T0 + 8_000_000,
+        }];
+        run.info.proxy_connections = 77;
+        run.info.workers_started = 6;
+        fill_figures(&mut run.figures, last_faults);
+        run
+    }
+
+    /// Figures with something in every row and finding; one unwarned
+    /// overlap per entry of `last_faults`, preceded by that fault.
+    fn fill_figures(f: &mut Figures, last_faults: &[Option<FaultKind>]) {
+        f.failures = [
+            (FailKind::Timeout, 3),
+            (FailKind::Unavailable, 12),
+            (FailKind::Other, 1),
+        ]
+        .into();
+        f.releases = [(ReleaseOutcome::Ok, 300), (ReleaseOutcome::Lost, 4)].into();
+        f.cancelled = [(CancelHow::Abort, 9)].into();
+        f.faults = [
+            (FaultKind::RedisRestartStale, 12),
+            (FaultKind::ClientKill, 12),
+        ]
+        .into();
+        f.writes_accepted = 640;
+        let (a, b, c) = (holder(1, 0, 3), holder(2, 1, 8), holder(1, 0, 4));
+        f.unwarned_overlaps = last_faults
+            .iter()
+            .enumerate()
+            .map(|(i, last)| match i % 4 {
+                0 => overlap(a, b, 2, None, *last),
+                1 => overlap(b, a, 2, Some((T0 + 2_100_000, LossKind::Expired)), *last),
+                2 => overlap(a, c, 2, None, *last),
+                _ => overlap(a, b, 3, None, *last),
+            })
+            .collect();
+        f.frozen_overlaps = vec![
+            overlap(a, b, 2, Some((T0 + 3_000_000, LossKind::NotHeld)), None),
+            overlap(a, c, 2, None, Some(FaultKind::WorkerStall)),
+        ];
+        let write = Write {
+            at: T0 + 6_000_000,
+            holder: b,
+            key: 2,
+            role: Role::Exclusive,
+            token: 7,
+            begin: true,
+            accepted: true,
+            acquired: T0 + 5_900_000,
+        };
+        f.stale_accepted = vec![StaleWrite {
+            write,
+            other_token: 9,
+        }];
+        f.token_regressions = vec![Regression {
+            key: 2,
+            holder: c,
+            token: 5,
+            acquired: T0 + 6_500_000,
+            earlier_max: 6,
+            faults: vec![FaultKind::RedisRestartStale, FaultKind::ProxyCut],
+        }];
+        f.stale_rejected = 14;
+        f.current_rejected = 1;
+        f.notices = [
+            (LossKind::Expired, Spread::of(vec![-1500, 2500, 99_000])),
+            (LossKind::NotHeld, Spread::of(vec![300])),
+        ]
+        .into();
+        f.frozen_notices = Spread::of(vec![-400_000, -200_000]);
+        f.late_notices = 2;
+        f.crashes = 2;
+        f.crashes_holding = 1;
+        f.crash_max_pttl_ms = Some(900);
+        f.held_past_crash = 1;
+        f.crash_unchecked = 1;
+        f.hung_acquires = 1;
+        f.hung_releases = 1;
+        f.told = 17;
+        f.handoff = Spread::of(vec![1200, 3400, 5600]);
+        f.leftover = Some(0);
+        f.unexpected_exits = 1;
+        f.out_of_order = 2;
+        f.waiting_pairs = 40;
+        f.reentries = 5;
+        f.reentry_wait = Spread::of(vec![800, 900]);
+        f.nested_calls = 10;
+        f.held_at_exit = 0;
+        f.evicted_lock_keys = 3;
+        f.evicted_held = 1;
+        f.recoveries = vec![
+            Recovery {
+                lifted: T0 + 600_000,
+                first_grant: Some(250_000),
+                workers: 4,
+                back: 4,
+                slowest: Some(1_200_000),
+            },
+            Recovery {
+                lifted: T0 + 1_500_000,
+                first_grant: None,
+                workers: 3,
+                back: 2,
+                slowest: None,
+            },
+        ];
+    }
+
+    /// The lines of `report` that start with `prefix`, up to `len` characters.
+    fn lines_starting(report: &str, prefix: &str, len: usize) -> Vec<String> {
+        report
+            .lines()
+            .filter(|line| line.starts_with(prefix))
+            .map(|line| line.chars().take(len).collect())
+            .collect()
+    }
+
+    #[test]
+    fn a_run_with_findings_has_every_section_in_order() {
+        let lasts = [
+            Some(FaultKind::ProxyCut),
+            None,
+            Some(FaultKind::ClusterFailover),
+            Some(FaultKind::RedisRestartStale),
+        ];
+        let run = eventful(LockKind::Exclusive, Setup::Single, &lasts);
+        let report = markdown(&Options::default(), &[run]);
+        assert_eq!(
+            lines_starting(&report, "#", 80),
+            [
+                "# Reliability: the fault suite",
+                "## Safety figures (each must be 0)",
+                "## Activity",
+                "## Holders told of loss",
+                "## Faults injected",
+                "## Findings",
+                "## Definitions",
+                "### Per kind of lock",
+            ]
+        );
+        assert_eq!(
+            lines_starting(&report, "**", 40),
+            [
+                "**Some safety figures are not 0: see Fin",
+                "**Unwarned overlaps: 4.** By the last fa",
+                "**Fencing tokens that went backwards: 1.",
+                "**Stale-token writes accepted: 1.** Exam",
+                "**Locks held past a crashed holder's lea",
+                "**Waiters never woken: 1.**",
+            ]
+        );
+        assert!(report.contains(
+            "\nTo reproduce with only those faults: \
+             `cargo run --release -p lock-chaos -- --duration 30s \
+             --faults proxy-cut,redis-restart-stale`\n\n"
+        ));
+        // 12 of each described fault: 10 listed, then the rest counted.
+        assert_eq!(
+            lines_starting(&report, "- redis-restart-stale ", 0).len(),
+            10
+        );
+        assert!(report.contains("\n- ... and 2 more proxy-blackhole\n"));
+        assert!(report.contains("| redis-restart-stale | 12 | `SAVE` a snapshot"));
+    }
+
+    #[test]
+    fn topology_runs_have_a_table_then_a_section_each() {
+        let runs = [
+            quiet(LockKind::Exclusive, Setup::Single),
+            quiet(LockKind::Exclusive, Setup::Redlock),
+            eventful(LockKind::Exclusive, Setup::Eviction, &[None]),
+        ];
+        let report = markdown(&Options::default(), &runs);
+        assert_eq!(
+            lines_starting(&report, "#", 80),
+            [
+                "# Reliability: the fault suite",
+                "## Safety figures (each must be 0)",
+                "## Activity",
+                "## Holders told of loss",
+                "## Faults injected",
+                "## Safety figures per topology (exclusive locks)",
+                "## Topology: redlock (5 masters)",
+                "### Safety figures (each must be 0)",
+                "### Activity",
+                "### Holders told of loss",
+                "### Faults injected",
+                "## Topology: eviction (measured, not a failure)",
+                "### Safety figures (each must be 0)",
+                "### Activity",
+                "### Holders told of loss",
+                "### Faults injected",
+                "### Findings",
+                "## Definitions",
+                "### Per kind of lock",
+            ]
+        );
+        assert!(report.contains(
+            "| figure | single | redlock (5 masters) | eviction (measured, not a failure) |\n\
+             |---|---:|---:|---:|\n\
+             | overlapping critical sections among holders not told of loss | 0 | 0 | 1 (measured) |\n"
+        ));
+        assert!(report.contains("| *lock keys evicted while held (grants lost)* | 0 | 0 | 1 |\n"));
+        assert!(report.contains("\nTo reproduce this run alone: `"));
+    }
+}

@@ -331,10 +331,8 @@ fn loss_kind(guard: &LockGuard) -> LossKind {
     }
 }
 
-/// What an acquisition ended with.
-enum Acquired {
-    /// The guard, and when `acquire()` returned it.
-    Guard(LockGuard, i64),
+/// Why an acquisition gave no guard.
+enum NotAcquired {
     /// An error.
     Failed(LockError),
     /// Cancelled while it waited.
@@ -354,24 +352,25 @@ pub const LOCKED_CALLS_ONE_IN: u64 = 8;
 
 /// Takes `request`, as callers do: awaited to the end, or (with `cancel`)
 /// given up after a while by dropping the future, through a timeout or by
-/// aborting the task that awaits it.
+/// aborting the task that awaits it. Returns the guard and when
+/// `acquire()` returned it.
 async fn take(
     shared: &Shared,
     request: LockRequest,
     limit: Duration,
     cancel: Option<(CancelHow, Duration)>,
-) -> Acquired {
+) -> Result<(LockGuard, i64), NotAcquired> {
     match cancel {
         None => match bounded(shared, limit, request.acquire()).await {
-            Some(Ok(guard)) => Acquired::Guard(guard, now_us()),
-            Some(Err(err)) => Acquired::Failed(err),
-            None => Acquired::Hung,
+            Some(Ok(guard)) => Ok((guard, now_us())),
+            Some(Err(err)) => Err(NotAcquired::Failed(err)),
+            None => Err(NotAcquired::Hung),
         },
         Some((CancelHow::Timeout, after)) => {
             match tokio::time::timeout(after, request.acquire()).await {
-                Ok(Ok(guard)) => Acquired::Guard(guard, now_us()),
-                Ok(Err(err)) => Acquired::Failed(err),
-                Err(_) => Acquired::Cancelled(CancelHow::Timeout),
+                Ok(Ok(guard)) => Ok((guard, now_us())),
+                Ok(Err(err)) => Err(NotAcquired::Failed(err)),
+                Err(_) => Err(NotAcquired::Cancelled(CancelHow::Timeout)),
             }
         }
         Some((CancelHow::Abort, after)) => {
@@ -382,28 +381,32 @@ async fn take(
             tokio::time::sleep(after).await;
             waiting.abort();
             match waiting.await {
-                Ok((Ok(guard), at)) => Acquired::Guard(guard, at),
-                Ok((Err(err), _)) => Acquired::Failed(err),
-                Err(_) => Acquired::Cancelled(CancelHow::Abort),
+                Ok((Ok(guard), at)) => Ok((guard, at)),
+                Ok((Err(err), _)) => Err(NotAcquired::Failed(err)),
+                Err(_) => Err(NotAcquired::Cancelled(CancelHow::Abort)),
             }
         }
     }
 }
 
-async fn task_loop(
-    config: WorkerConfig,
-    client: LockClient,
-    shared: Arc<Shared>,
-    task: u32,
-    mut rng: Rng,
-) {
-    let mut writer = Writer::new(config.resource);
-    // The writers of two locked calls joined inside a section.
-    let mut joined = [Writer::new(config.resource), Writer::new(config.resource)];
-    let mut seq = 0u64;
-    let acquire_limit = config.wait + config.command_timeout + HANG_SLACK;
-    let release_limit = config.command_timeout + HANG_SLACK;
-    while !shared.stop.load(Ordering::SeqCst) {
+/// What a task draws before each acquisition.
+struct Attempt {
+    /// The lock's key (for `multi`, the first of its two).
+    key: u32,
+    /// The acquisition, of the run's kind of lock.
+    request: LockRequest,
+    /// What the holder may share the key with.
+    role: Role,
+    /// Whether the acquisition is given up, how and after how long.
+    cancel: Option<(CancelHow, Duration)>,
+    /// The lock the section's locked calls take, if it makes any.
+    calls_on: Option<u32>,
+}
+
+impl Attempt {
+    /// Draws a random key, whether to cancel, and whether to make locked
+    /// calls.
+    fn draw(config: &WorkerConfig, client: &LockClient, rng: &mut Rng) -> Attempt {
         let keys = u64::from(config.keys);
         let key = rng.below(keys) as u32;
         let name = format!("k{key}");
@@ -435,51 +438,131 @@ async fn task_loop(
             && u64::from(key) + 1 < keys
             && rng.below(LOCKED_CALLS_ONE_IN) == 0)
             .then(|| rng.range(u64::from(key) + 1, keys - 1) as u32);
+        Attempt {
+            key,
+            request,
+            role,
+            cancel,
+            calls_on,
+        }
+    }
+}
+
+/// Reports an acquisition of `k<key>` called at `start` that gave no
+/// guard; after an error, pauses 5–50 ms before the next attempt.
+async fn report_not_acquired(
+    not: NotAcquired,
+    task: u32,
+    key: u32,
+    start: i64,
+    limit: Duration,
+    rng: &mut Rng,
+) {
+    match not {
+        NotAcquired::Failed(err) => {
+            emit(WorkerLine::Failed {
+                task,
+                key,
+                kind: fail_kind(&err),
+                start,
+                end: now_us(),
+            });
+            tokio::time::sleep(Duration::from_millis(rng.range(5, 50))).await;
+        }
+        NotAcquired::Cancelled(how) => emit(WorkerLine::Cancelled {
+            task,
+            key,
+            how,
+            start,
+            end: now_us(),
+        }),
+        NotAcquired::Hung => emit(WorkerLine::Hung {
+            task,
+            key,
+            call: Call::Acquire,
+            start,
+            limit_ms: limit.as_millis() as u64,
+        }),
+    }
+}
+
+/// Every key `guard` holds with its own token (one but for multi); `key`
+/// stands for a name that is no `k<i>`.
+fn fenced_keys(guard: &LockGuard, key: u32) -> Vec<(u32, u64)> {
+    guard
+        .fences()
+        .iter()
+        .map(|lock| {
+            let index = lock.key.strip_prefix('k').and_then(|k| k.parse().ok());
+            (index.unwrap_or(key), lock.fence)
+        })
+        .collect()
+}
+
+/// Releases `guard` (section `seq` of `k<key>`) and reports how it went;
+/// `false` if the release did not return within `limit` (reported as
+/// hung).
+async fn release_and_report(
+    shared: &Shared,
+    guard: LockGuard,
+    limit: Duration,
+    task: u32,
+    key: u32,
+    seq: u64,
+) -> bool {
+    let outcome = match bounded(shared, limit, guard.release()).await {
+        Some(Ok(())) => ReleaseOutcome::Ok,
+        Some(Err(err)) if err.is_lost() => ReleaseOutcome::Lost,
+        Some(Err(_)) => ReleaseOutcome::Error,
+        None => {
+            emit(WorkerLine::Hung {
+                task,
+                key,
+                call: Call::Release,
+                start: now_us(),
+                limit_ms: limit.as_millis() as u64,
+            });
+            return false;
+        }
+    };
+    emit(WorkerLine::Released { task, seq, outcome });
+    true
+}
+
+/// One task: takes a random lock over and over until told to stop, holds
+/// it for a critical section (sometimes with locked calls in it), reports
+/// the section and releases.
+async fn task_loop(
+    config: WorkerConfig,
+    client: LockClient,
+    shared: Arc<Shared>,
+    task: u32,
+    mut rng: Rng,
+) {
+    let mut writer = Writer::new(config.resource);
+    // The writers of two locked calls joined inside a section.
+    let mut joined = [Writer::new(config.resource), Writer::new(config.resource)];
+    let mut seq = 0u64;
+    let acquire_limit = config.wait + config.command_timeout + HANG_SLACK;
+    let release_limit = config.command_timeout + HANG_SLACK;
+    while !shared.stop.load(Ordering::SeqCst) {
+        let Attempt {
+            key,
+            request,
+            role,
+            cancel,
+            calls_on,
+        } = Attempt::draw(&config, &client, &mut rng);
         let start = now_us();
         let (guard, acquired) = match take(&shared, request, acquire_limit, cancel).await {
-            Acquired::Guard(guard, acquired) => (guard, acquired),
-            Acquired::Failed(err) => {
-                emit(WorkerLine::Failed {
-                    task,
-                    key,
-                    kind: fail_kind(&err),
-                    start,
-                    end: now_us(),
-                });
-                tokio::time::sleep(Duration::from_millis(rng.range(5, 50))).await;
-                continue;
-            }
-            Acquired::Cancelled(how) => {
-                emit(WorkerLine::Cancelled {
-                    task,
-                    key,
-                    how,
-                    start,
-                    end: now_us(),
-                });
-                continue;
-            }
-            Acquired::Hung => {
-                emit(WorkerLine::Hung {
-                    task,
-                    key,
-                    call: Call::Acquire,
-                    start,
-                    limit_ms: acquire_limit.as_millis() as u64,
-                });
+            Ok(taken) => taken,
+            Err(not) => {
+                report_not_acquired(not, task, key, start, acquire_limit, &mut rng).await;
                 continue;
             }
         };
         seq += 1;
-        // Every key the guard holds with its own token (one but for multi).
-        let parts: Vec<(u32, u64)> = guard
-            .fences()
-            .iter()
-            .map(|lock| {
-                let index = lock.key.strip_prefix('k').and_then(|k| k.parse().ok());
-                (index.unwrap_or(key), lock.fence)
-            })
-            .collect();
+        let parts = fenced_keys(&guard, key);
         let mut section = Section {
             config: &config,
             guard: &guard,
@@ -501,51 +584,11 @@ async fn task_loop(
             }
             _ => section.run(&shared, &mut rng).await,
         }
-        let (told, reason, valid_at_told) = match section.told {
-            Some((at, valid)) => (Some(at), Some(loss_kind(&guard)), Some(valid)),
-            None => (None, None, None),
-        };
+        section.report(start);
         let section_seq = section.seq;
-        let release = now_us();
-        let valid_end = clock::instant_us(guard.valid_until());
-        for &(key, token) in &parts {
-            emit(WorkerLine::Section(SectionLine {
-                task,
-                seq: section_seq,
-                key,
-                role,
-                token,
-                start,
-                acquired,
-                release,
-                told,
-                reason,
-                valid_at_told,
-                valid_end: Some(valid_end),
-                parent: None,
-            }));
+        if release_and_report(&shared, guard, release_limit, task, key, section_seq).await {
+            tokio::time::sleep(Duration::from_millis(rng.range(0, 20))).await;
         }
-        let outcome = match bounded(&shared, release_limit, guard.release()).await {
-            Some(Ok(())) => ReleaseOutcome::Ok,
-            Some(Err(err)) if err.is_lost() => ReleaseOutcome::Lost,
-            Some(Err(_)) => ReleaseOutcome::Error,
-            None => {
-                emit(WorkerLine::Hung {
-                    task,
-                    key,
-                    call: Call::Release,
-                    start: now_us(),
-                    limit_ms: release_limit.as_millis() as u64,
-                });
-                continue;
-            }
-        };
-        emit(WorkerLine::Released {
-            task,
-            seq: section_seq,
-            outcome,
-        });
-        tokio::time::sleep(Duration::from_millis(rng.range(0, 20))).await;
     }
 }
 
@@ -715,6 +758,34 @@ impl Section<'_> {
         if self.told.is_none() {
             let valid = clock::instant_us(self.guard.valid_until());
             self.told = Some((now_us(), valid));
+        }
+    }
+
+    /// Reports the section once per key it held, with that key's token;
+    /// `start`: when `acquire()` was called.
+    fn report(&self, start: i64) {
+        let (told, reason, valid_at_told) = match self.told {
+            Some((at, valid)) => (Some(at), Some(loss_kind(self.guard)), Some(valid)),
+            None => (None, None, None),
+        };
+        let release = now_us();
+        let valid_end = clock::instant_us(self.guard.valid_until());
+        for &(key, token) in self.parts {
+            emit(WorkerLine::Section(SectionLine {
+                task: self.task,
+                seq: self.seq,
+                key,
+                role: self.role,
+                token,
+                start,
+                acquired: self.acquired,
+                release,
+                told,
+                reason,
+                valid_at_told,
+                valid_end: Some(valid_end),
+                parent: None,
+            }));
         }
     }
 

@@ -16,21 +16,35 @@ use syn::{Expr, ExprArray, ExprLit, ExprUnary, Ident, Lit, LitInt, LitStr, Path,
 use crate::duration::{self, MIN_LEASE_MS};
 use crate::key::{self, Template};
 
-/// The options, in the order the docs list them.
-const KNOWN: &str = "`key`, `keys`, `permits`, `mode`, `fair`, `lease`, `wait`, `min_replicas`, \
-                     `client` or `crate`";
-const NAMES: [&str; 10] = [
-    "key",
-    "keys",
-    "permits",
-    "mode",
-    "fair",
-    "lease",
-    "wait",
-    "min_replicas",
-    "client",
-    "crate",
+/// Sets one option from its value.
+type Setter = fn(&mut Setters, Expr) -> syn::Result<()>;
+
+/// Every option, in the order the docs list them, with its setter: the one
+/// place an option is named.
+const OPTIONS: [(&str, Setter); 10] = [
+    ("key", Setters::set_key),
+    ("keys", Setters::set_keys),
+    ("permits", Setters::set_permits),
+    ("mode", Setters::set_mode),
+    ("fair", Setters::set_fair),
+    ("lease", Setters::set_lease),
+    ("wait", Setters::set_wait),
+    ("min_replicas", Setters::set_min_replicas),
+    ("client", Setters::set_client),
+    ("crate", Setters::set_crate),
 ];
+
+/// The options' names.
+fn names() -> impl Iterator<Item = &'static str> {
+    OPTIONS.iter().map(|(name, _)| *name)
+}
+
+/// The options' names for messages: "`key`, `keys`, ... or `crate`".
+fn known() -> String {
+    let quoted: Vec<String> = names().map(|name| format!("`{name}`")).collect();
+    let (last, rest) = quoted.split_last().expect("options");
+    format!("{} or {last}", rest.join(", "))
+}
 
 const KEYS_EXAMPLE: &str = "`keys = [\"account:<from>\", \"account:<to>\"]`";
 
@@ -60,7 +74,9 @@ impl Errors {
     }
 }
 
-/// What kind of lock the function takes.
+/// What kind of lock the function takes: the variants of the runtime's
+/// `__private::Kind` (`lock_runtime`'s one vocabulary of lock kinds), which
+/// the expansion names.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Kind {
     /// `key` or `keys`, alone or with `mode = "write"`: one holder at a time.
@@ -109,7 +125,10 @@ impl Options {
                 if !input.peek(Token![=]) {
                     return Err(syn::Error::new(
                         name.span(),
-                        format!("expected `{name} = ...`; the options are {KNOWN}, each written as `name = value`"),
+                        format!(
+                            "expected `{name} = ...`; the options are {}, each written as `name = value`",
+                            known()
+                        ),
                     ));
                 }
                 input.parse::<Token![=]>()?;
@@ -185,34 +204,26 @@ struct Setters {
 impl Setters {
     fn set(&mut self, name: &Ident, value: Expr) -> syn::Result<()> {
         let text = name.unraw().to_string();
-        if !NAMES.contains(&text.as_str()) {
-            let hint = did_you_mean(&text, NAMES)
-                .map(|known| format!("did you mean `{known}`? "))
-                .unwrap_or_default();
-            return Err(syn::Error::new(
-                name.span(),
-                format!("unknown option `{text}`; {hint}the options are {KNOWN}"),
-            ));
-        }
+        let setter = match OPTIONS.iter().find(|(known, _)| *known == text) {
+            Some(&(_, setter)) => setter,
+            None => {
+                let hint = did_you_mean(&text, names())
+                    .map(|known| format!("did you mean `{known}`? "))
+                    .unwrap_or_default();
+                return Err(syn::Error::new(
+                    name.span(),
+                    format!("unknown option `{text}`; {hint}the options are {}", known()),
+                ));
+            }
+        };
         if self.given(&text).is_some() {
             return Err(syn::Error::new(
                 name.span(),
                 format!("`{text}` is given more than once; keep one"),
             ));
         }
-        self.seen.push((text.clone(), name.span()));
-        match text.as_str() {
-            "key" => self.set_key(value),
-            "keys" => self.set_keys(value),
-            "permits" => self.set_permits(value),
-            "mode" => self.set_mode(value),
-            "fair" => self.set_fair(value),
-            "lease" => self.set_lease(value),
-            "wait" => self.set_wait(value),
-            "min_replicas" => self.set_min_replicas(value),
-            "client" => self.set_client(value),
-            _ => self.set_crate(value),
-        }
+        self.seen.push((text, name.span()));
+        setter(self, value)
     }
 
     /// Where the option `name` was given, if it was.
@@ -840,7 +851,7 @@ mod tests {
             error(quote!(key = "k", min_replicas = 1, min_replicas = 2))
                 .contains("`min_replicas` is given more than once")
         );
-        assert_eq!(did_you_mean("min_replica", NAMES), Some("min_replicas"));
+        assert_eq!(did_you_mean("min_replica", names()), Some("min_replicas"));
     }
 
     #[test]
@@ -975,13 +986,13 @@ mod tests {
 
     #[test]
     fn suggestions() {
-        assert_eq!(did_you_mean("leese", NAMES), Some("lease"));
-        assert_eq!(did_you_mean("wiat", NAMES), Some("wait"));
-        assert_eq!(did_you_mean("kyes", NAMES), Some("keys"));
-        assert_eq!(did_you_mean("permit", NAMES), Some("permits"));
-        assert_eq!(did_you_mean("fiar", NAMES), Some("fair"));
-        assert_eq!(did_you_mean("mod", NAMES), Some("mode"));
-        assert_eq!(did_you_mean("timeout", NAMES), None);
+        assert_eq!(did_you_mean("leese", names()), Some("lease"));
+        assert_eq!(did_you_mean("wiat", names()), Some("wait"));
+        assert_eq!(did_you_mean("kyes", names()), Some("keys"));
+        assert_eq!(did_you_mean("permit", names()), Some("permits"));
+        assert_eq!(did_you_mean("fiar", names()), Some("fair"));
+        assert_eq!(did_you_mean("mod", names()), Some("mode"));
+        assert_eq!(did_you_mean("timeout", names()), None);
         assert_eq!(did_you_mean("order", ["order_id", "db"]), Some("order_id"));
         assert_eq!(did_you_mean("db_pool", ["order_id", "db"]), Some("db"));
         assert_eq!(did_you_mean("o", ["order_id"]), None);

@@ -50,45 +50,53 @@
 //!
 //! Every acquire, wait, renewal, release and loss is logged with `tracing`,
 //! with the lock's key.
+//!
+//! # Features
+//!
+//! * `tls` (default): `rediss://` URLs, through rustls.
+//! * `metrics` (default): counters and histograms through the `metrics`
+//!   facade (see [`metric_names`]).
+//! * `memory`: `LockClient::in_memory` and `MemoryStore`, locks kept in
+//!   this process by the same Lua scripts in an embedded Lua VM, for unit
+//!   tests without a Redis server. It compiles and links Lua, so turn it on
+//!   where tests need it:
+//!
+//!   ```toml
+//!   [dev-dependencies]
+//!   lock-runtime = { version = "0.1", features = ["memory"] }
+//!   ```
 #![warn(missing_docs)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
+
+// Four layers, each importing only from the ones listed before it:
+// plain types, the store (connections, scripts, the in-memory server), the
+// engine (the operations over a deployment, renewal and wake-ups), and the
+// public front.
+mod api;
+mod base;
+mod engine;
+pub mod guide;
+mod store;
 
 #[doc(hidden)]
-#[path = "private.rs"]
-pub mod __private;
-mod admin;
-mod backend;
-mod client;
-mod config;
-mod connection;
-mod deployment;
-mod error;
-mod guard;
-pub mod guide;
-mod in_memory;
-mod install;
-mod keys;
-mod memory;
-mod owner;
-mod request;
-mod scope;
-mod scripts;
-mod telemetry;
-mod wakeups;
-mod watchdog;
+pub use api::private as __private;
 
-pub use admin::{HoldMode, Holder, LockInfo, LockKind, LockWatch, Waiters};
-pub use client::LockClient;
-pub use config::{LockClientBuilder, MIN_LEASE};
-pub use deployment::Deployment;
-pub use error::{LockError, LossReason};
-pub use guard::LockGuard;
-pub use in_memory::MemoryStore;
-pub use install::{install, installed};
+pub use api::admin::{Holder, LockInfo, LockWatch, Waiters};
+pub use api::builder::LockClientBuilder;
+pub use api::client::LockClient;
+pub use api::guard::LockGuard;
+pub use api::install::{install, installed};
+pub use api::request::LockRequest;
+pub use api::scope::{CurrentLock, current, current_locks};
+pub use base::config::MIN_LEASE;
+pub use base::error::{LockError, LossReason};
+pub use base::kind::{HoldMode, LockKind};
+pub use base::owner::{BadOwnerId, OwnerId};
+pub use base::telemetry::{describe_metrics, metric_names};
 pub use lock_macros::distributed_lock;
-pub use owner::{BadOwnerId, OwnerId};
-pub use request::LockRequest;
-pub use scope::{CurrentLock, current, current_locks};
-pub use telemetry::{describe_metrics, metric_names};
+pub use store::deployment::Deployment;
+#[cfg(feature = "memory")]
+pub use store::memory::MemoryStore;
 
 /// The README's examples, compiled as doctests so that it stays true.
 #[doc = include_str!("../../README.md")]

@@ -8,23 +8,6 @@ use std::time::{Duration, Instant};
 use common::{client, holder_env, lock_key, ok, spawn_acquire, within};
 use lock_testkit::{RedisServer, unique_key};
 
-/// Script calls the server has run so far.
-fn script_calls(server: &RedisServer) -> u64 {
-    server
-        .cli(&["INFO", "commandstats"])
-        .lines()
-        .filter(|line| line.starts_with("cmdstat_evalsha:") || line.starts_with("cmdstat_eval:"))
-        .filter_map(|line| {
-            line.split("calls=")
-                .nth(1)?
-                .split(',')
-                .next()?
-                .parse::<u64>()
-                .ok()
-        })
-        .sum()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn waiters_take_the_lock_in_arrival_order_and_only_the_next_wakes() {
     const WAITERS: usize = 12;
@@ -56,7 +39,7 @@ async fn waiters_take_the_lock_in_arrival_order_and_only_the_next_wakes() {
         WAITERS.to_string()
     );
 
-    let before = script_calls(&server);
+    let before = server.script_calls();
     ok(&server, guard.release().await);
     within(
         &server,
@@ -69,7 +52,7 @@ async fn waiters_take_the_lock_in_arrival_order_and_only_the_next_wakes() {
         },
     )
     .await;
-    let calls = script_calls(&server) - before;
+    let calls = server.script_calls() - before;
     assert_eq!(*order.lock().unwrap(), (0..WAITERS).collect::<Vec<_>>());
     // Per handoff: one release and one acquire, plus a few periodic
     // check-ins. Waking every waiter on each release would cost about

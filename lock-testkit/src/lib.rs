@@ -2,7 +2,8 @@
 //! as whole topologies.
 //!
 //! - [`RedisServer`]: one server ([`RedisServer::start_many`] for several
-//!   independent masters, e.g. for Redlock).
+//!   independent masters, e.g. for Redlock). [`RedisServer::script_calls`]
+//!   counts the scripts it has run (`EVALSHA` and `EVAL`).
 //! - [`RedisCluster`]: a Redis Cluster of masters and replicas, with manual
 //!   and automatic failover.
 //! - [`SentinelGroup`]: a master, its replicas and the Sentinels watching
@@ -101,6 +102,7 @@ mod proxy;
 mod resp;
 mod sentinel;
 mod server;
+mod stats;
 
 pub use cluster::RedisCluster;
 pub use proxy::Proxy;

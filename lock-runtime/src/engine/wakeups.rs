@@ -22,9 +22,12 @@ use redis::{PushInfo, PushKind, Value};
 use tokio::sync::{Notify, mpsc, watch};
 use tokio_util::sync::CancellationToken;
 
-use crate::connection::{Following, Managed};
-use crate::memory::MemorySubscriber;
-use crate::watchdog::Registry;
+use crate::store::connection::{Following, Managed};
+#[cfg(feature = "memory")]
+use crate::store::memory::MemorySubscriber;
+
+/// What a subscriber calls when its connection drops.
+pub(crate) type OnDisconnect = Arc<dyn Fn() + Send + Sync>;
 
 /// Whether a channel's subscription is confirmed by the server.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -164,20 +167,20 @@ impl Wakeups {
     }
 
     /// What the subscriber connection to store `node` does with each push:
-    /// release messages wake waiters; a dropped connection makes `registry`
-    /// check every held lock at once (the server may have restarted without
-    /// them) and resubscribes.
+    /// release messages wake waiters; a dropped connection calls
+    /// `on_disconnect` (the client has every held lock checked at once: the
+    /// server may have restarted without them) and resubscribes.
     pub(crate) fn push_handler(
         &self,
         node: usize,
-        registry: Arc<Registry>,
+        on_disconnect: OnDisconnect,
     ) -> impl Fn(PushInfo) -> Result<(), redis::aio::SendError> + Send + Sync + Clone + 'static
     {
         let channels = self.channels.clone();
         let commands = self.commands.clone();
         move |push: PushInfo| {
             if push.kind == PushKind::Disconnection {
-                registry.check_now();
+                on_disconnect();
             }
             dispatch(&channels, &commands, node, push);
             Ok(())
@@ -417,6 +420,7 @@ pub(crate) enum Subscriber {
     /// when slots move.
     Cluster(ClusterConnection),
     /// The in-process store's subscriber.
+    #[cfg(feature = "memory")]
     Memory(MemorySubscriber),
 }
 
@@ -431,6 +435,7 @@ impl Subscriber {
                 }
                 Ok(())
             }
+            #[cfg(feature = "memory")]
             Subscriber::Memory(subscriber) => subscriber.subscribe(names),
         }
     }
@@ -440,6 +445,7 @@ impl Subscriber {
             Subscriber::Manager(conn) => conn.manager().unsubscribe(name).await,
             Subscriber::Following(conn) => conn.manager().unsubscribe(name).await,
             Subscriber::Cluster(conn) => conn.sunsubscribe(name).await,
+            #[cfg(feature = "memory")]
             Subscriber::Memory(subscriber) => subscriber.unsubscribe(name),
         }
     }
@@ -454,7 +460,9 @@ impl Subscriber {
             Subscriber::Following(conn) => conn.manager(),
             // redis-rs checks a Cluster's connections itself; the
             // in-process store cannot stop answering.
-            Subscriber::Cluster(_) | Subscriber::Memory(_) => return true,
+            Subscriber::Cluster(_) => return true,
+            #[cfg(feature = "memory")]
+            Subscriber::Memory(_) => return true,
         };
         let ping = redis::cmd("PING");
         let answer = tokio::time::timeout(timeout, ping.query_async::<Value>(&mut conn));
@@ -466,7 +474,9 @@ impl Subscriber {
         match self {
             Subscriber::Manager(conn) => conn.reconnect(),
             Subscriber::Following(conn) => conn.reconnect().await,
-            Subscriber::Cluster(_) | Subscriber::Memory(_) => {}
+            Subscriber::Cluster(_) => {}
+            #[cfg(feature = "memory")]
+            Subscriber::Memory(_) => {}
         }
     }
 

@@ -7,16 +7,17 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tracing::Instrument;
 
-use crate::backend::Times;
-use crate::client::LockClient;
-use crate::error::LockError;
-use crate::guard::LockGuard;
-use crate::keys::LockKeys;
-use crate::scope;
-use crate::scripts::{Acquired, Released, Stored};
-use crate::telemetry::{self, Acquiring, Hold, Tracked};
-use crate::wakeups::Wake;
-use crate::watchdog::Acquisition;
+use crate::api::client::LockClient;
+use crate::api::guard::{LockGuard, renewals};
+use crate::api::scope;
+use crate::base::error::LockError;
+use crate::base::keys::LockKeys;
+use crate::base::kind::Kind;
+use crate::base::telemetry::{self, Acquiring, Hold, Tracked};
+use crate::engine::backend::{Attempt, Times};
+use crate::engine::wakeups::Wake;
+use crate::engine::watchdog::Acquisition;
+use crate::store::scripts::{Acquired, Released, Stored};
 
 /// First pause before retrying an acquire that failed to reach Redis; it
 /// doubles up to 500 ms.
@@ -44,6 +45,16 @@ pub struct LockRequest {
     replicas: Option<u32>,
 }
 
+/// How one attempt to take a request's locks ended, short of an error.
+enum Outcome {
+    Taken(LockGuard),
+    /// Another owner holds at least one of the locks, for this much longer
+    /// at most (`None`: one has no expiry).
+    Busy {
+        ttl: Option<Duration>,
+    },
+}
+
 /// How long a fair waiter keeps its place in line without trying again; a
 /// waiter that died leaves the line after this long at most.
 const FAIR_STAY: Duration = Duration::from_secs(3);
@@ -51,40 +62,6 @@ const FAIR_STAY: Duration = Duration::from_secs(3);
 /// How often a fair waiter tries again while nobody names it: to keep its
 /// place in line, and to take the lock if the waiter before it died.
 const FAIR_RETRY: Duration = Duration::from_secs(1);
-
-/// How a lock of `kind` is stored, and so released and renewed.
-fn stored_place(kind: Kind, lock: &LockKeys) -> Stored {
-    match kind {
-        Kind::Exclusive | Kind::Fair => Stored::Hash,
-        Kind::Permits(permits) => Stored::Place {
-            set: lock.lock.clone(),
-            holders: lock.holders(),
-            queue: None,
-            limit: permits,
-        },
-        Kind::Read => Stored::Place {
-            set: lock.readers(),
-            holders: lock.readers_holders(),
-            queue: Some(lock.queue()),
-            limit: 0,
-        },
-    }
-}
-
-/// What kind of lock a request takes (also what `#[distributed_lock]`
-/// names, through `__private`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Kind {
-    /// One holder at a time, of every named lock: `key`, `keys`, `mode = "write"`.
-    Exclusive,
-    /// Up to this many holders at a time: `permits = N`.
-    Permits(u32),
-    /// Any number of readers while no writer (exclusive holder) holds it:
-    /// `mode = "read"`.
-    Read,
-    /// Exclusive, taken in arrival order: `fair = true`.
-    Fair,
-}
 
 impl LockRequest {
     pub(crate) fn new(client: LockClient, kind: Kind, mut names: Vec<String>) -> Self {
@@ -149,7 +126,18 @@ impl LockRequest {
         let acquiring = Acquiring::start(self.kind, &self.label);
         let span = acquiring.span().clone();
         let result = self.acquire_inner(&span).instrument(span.clone()).await;
-        acquiring.finish(result)
+        match &result {
+            Ok(guard) => {
+                let fences = guard.fences();
+                let fences: Vec<(&str, u64)> = fences
+                    .iter()
+                    .map(|lock| (lock.key.as_str(), lock.fence))
+                    .collect();
+                acquiring.finish(Ok(&fences));
+            }
+            Err(err) => acquiring.finish(Err(err)),
+        }
+        result
     }
 
     async fn acquire_inner(self, span: &tracing::Span) -> Result<LockGuard, LockError> {
@@ -214,12 +202,14 @@ impl LockRequest {
             && inner.wakeups.has_live_waiters(&keys[0].channel);
         if !behind {
             match self.attempt(&keys, &owner, deadline, span).await {
-                Ok(Ok(guard)) => {
+                Ok(Outcome::Taken(guard)) => {
                     Marked::taken(&mut marked);
                     return Ok(guard);
                 }
-                Ok(Err(_)) if self.wait.is_zero() => return Err(self.timeout(started)),
-                Ok(Err(_)) => {}
+                Ok(Outcome::Busy { .. }) if self.wait.is_zero() => {
+                    return Err(self.timeout(started));
+                }
+                Ok(Outcome::Busy { .. }) => {}
                 Err(err) if self.wait.is_zero() || !err.is_unavailable() || scoped.is_some() => {
                     return Err(err);
                 }
@@ -267,12 +257,14 @@ impl LockRequest {
             let attempt = if std::mem::take(&mut wait_in_turn) {
                 // Queued behind this process's waiters: no holder's lease is
                 // known yet, so look again after a while in any case.
-                Ok(Err(Some(self.lease.min(Duration::from_secs(3)) / 3)))
+                Ok(Outcome::Busy {
+                    ttl: Some(self.lease.min(Duration::from_secs(3)) / 3),
+                })
             } else {
                 self.attempt(&keys, &owner, deadline, span).await
             };
             let mut wake = match attempt {
-                Ok(Ok(guard)) => {
+                Ok(Outcome::Taken(guard)) => {
                     if let Some(in_line) = &mut in_line {
                         in_line.waiting = false;
                     }
@@ -281,7 +273,7 @@ impl LockRequest {
                     return Ok(guard);
                 }
                 // Sleep until the holder's lease would run out at the latest.
-                Ok(Err(ttl)) => {
+                Ok(Outcome::Busy { ttl }) => {
                     last_error = None;
                     tracing::trace!(?ttl, live = watch.is_live(), "still busy");
                     ttl.map_or(deadline, |ttl| now + ttl + Duration::from_millis(1))
@@ -314,15 +306,14 @@ impl LockRequest {
         }
     }
 
-    /// One attempt: the guard, or the longest remaining lease among the
-    /// locks others hold.
+    /// One attempt: the guard, or how long the locks others hold stay taken.
     async fn attempt(
         &self,
         keys: &[LockKeys],
         owner: &Arc<str>,
         deadline: Instant,
         span: &tracing::Span,
-    ) -> Result<Result<LockGuard, Option<Duration>>, LockError> {
+    ) -> Result<Outcome, LockError> {
         let inner = &self.client.inner;
         let sent = Instant::now();
         let backend = &inner.backend;
@@ -338,43 +329,20 @@ impl LockRequest {
                 .min(FAIR_STAY),
             drift: inner.config.drift_for(self.lease),
         };
-        let (outcome, stored) = match self.kind {
-            Kind::Exclusive => {
-                let outcome = backend
-                    .acquire(&self.label, keys, owner, times, replicas)
-                    .await?;
-                (outcome, Stored::Hash)
-            }
-            Kind::Permits(permits) => {
-                let outcome = backend
-                    .acquire_permit(&self.label, &keys[0], owner, times, permits, replicas)
-                    .await?;
-                (outcome, stored_place(self.kind, &keys[0]))
-            }
-            Kind::Read => {
-                let outcome = backend
-                    .acquire_read(&self.label, &keys[0], owner, times, replicas)
-                    .await?;
-                (outcome, stored_place(self.kind, &keys[0]))
-            }
-            Kind::Fair => {
-                let enqueue = !self.wait.is_zero();
-                let outcome = backend
-                    .acquire_fair(
-                        &self.label,
-                        &keys[0],
-                        owner,
-                        (times, FAIR_STAY, enqueue),
-                        replicas,
-                    )
-                    .await?;
-                (outcome, Stored::Hash)
-            }
+        let attempt = Attempt {
+            name: &self.label,
+            locks: keys,
+            owner,
+            kind: self.kind,
+            times,
+            line: (FAIR_STAY, !self.wait.is_zero()),
+            replicas,
         };
-        let taken = match outcome {
+        let taken = match backend.acquire(&attempt).await? {
             Acquired::Held(taken) => taken,
-            Acquired::Busy { ttl } => return Ok(Err(ttl)),
+            Acquired::Busy { ttl } => return Ok(Outcome::Busy { ttl }),
         };
+        let stored = attempt.stored();
         let drift = times.drift;
         if let Some(first) = taken.first() {
             telemetry::depth(span, first.count);
@@ -399,8 +367,12 @@ impl LockRequest {
                 })
             })
             .collect();
-        let hold = Hold::new(self.kind, span, &held);
-        Ok(Ok(LockGuard::new(self.client.clone(), held, hold)))
+        let hold = Hold::new(self.kind, span, renewals(&held));
+        Ok(Outcome::Taken(LockGuard::new(
+            self.client.clone(),
+            held,
+            hold,
+        )))
     }
 
     /// An acquire whose answer was lost may still have taken the lock. The
@@ -413,25 +385,8 @@ impl LockRequest {
         let (label, keys) = (self.label.clone(), keys.to_vec());
         let kind = self.kind;
         tokio::spawn(async move {
-            let lock = &keys[0];
-            let released = match stored_place(kind, lock) {
-                Stored::Hash => backend.release(&label, &keys, &owner, true).await,
-                Stored::Place {
-                    set,
-                    holders,
-                    queue,
-                    ..
-                } => backend
-                    .release_place(
-                        &label,
-                        (&set, &holders),
-                        (&lock.channel, queue.as_deref()),
-                        &owner,
-                        true,
-                    )
-                    .await
-                    .map(|released| vec![released]),
-            };
+            let stored = Stored::for_kind(kind, &keys[0]);
+            let released = backend.release(&label, &keys, &stored, &owner, true).await;
             if let Ok(released) = released
                 && released.contains(&Released::Free)
             {

@@ -24,114 +24,28 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt;
-use std::sync::LazyLock;
 use std::time::Duration;
 
 use futures_util::StreamExt;
 use redis::cluster_routing::{MultipleNodeRoutingInfo, RoutingInfo, SingleNodeRoutingInfo};
-use redis::{Cmd, FromRedisValue, RedisResult, Script, Value};
+use redis::{Cmd, FromRedisValue, RedisResult, Value};
 
-use crate::backend::needed;
-use crate::client::LockClient;
-use crate::connection::Conn;
-use crate::error::LockError;
-use crate::keys::{self, LockKeys};
-use crate::owner::OwnerId;
-use crate::scripts::{Node, within};
-use crate::wakeups::{Wake, Watch};
-
-/// A script in its two forms, as scripts.rs loads its own: release messages
-/// with PUBLISH, or with SPUBLISH on a Cluster.
-macro_rules! admin_script {
-    ($file:literal) => {
-        LazyLock::new(|| {
-            [
-                Script::new(concat!(
-                    "local PUBLISH = 'PUBLISH'\n",
-                    include_str!("scripts/prelude.lua"),
-                    include_str!(concat!("scripts/", $file))
-                )),
-                Script::new(concat!(
-                    "local PUBLISH = 'SPUBLISH'\n",
-                    include_str!("scripts/prelude.lua"),
-                    include_str!(concat!("scripts/", $file))
-                )),
-            ]
-        })
-    };
-}
-
-static INSPECT: LazyLock<[Script; 2]> = admin_script!("inspect.lua");
-static FORCE_RELEASE: LazyLock<[Script; 2]> = admin_script!("force_release.lua");
+use crate::api::client::LockClient;
+use crate::base::error::LockError;
+use crate::base::keys::{self, LockKeys};
+use crate::base::kind::{HoldMode, LockKind};
+use crate::base::owner::OwnerId;
+use crate::engine::backend::needed;
+use crate::engine::wakeups::{Wake, Watch};
+use crate::store::connection::Conn;
+use crate::store::node::{Node, within};
+use crate::store::scripts::calls;
 
 /// How many locks [`LockClient::list`] inspects at once.
 const INSPECTING_AT_ONCE: usize = 16;
 
 /// Keys SCAN asks for per round trip.
 const SCAN_COUNT: usize = 1000;
-
-/// What kind of lock a name is, as its keys in Redis show.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-#[non_exhaustive]
-pub enum LockKind {
-    /// A plain lock ([`LockClient::lock`], [`LockClient::lock_all`]), or
-    /// the write side of a read-write lock without readers.
-    Exclusive,
-    /// A fair lock ([`LockClient::fair_lock`]): held, or waited for in line.
-    Fair,
-    /// A semaphore ([`LockClient::semaphore`]) with permits taken.
-    Semaphore,
-    /// A read-write lock with readers ([`LockClient::read_lock`]), and
-    /// perhaps a writer that is downgrading.
-    ReadWrite,
-}
-
-impl LockKind {
-    /// A lower-case name: `exclusive`, `fair`, `semaphore` or `read-write`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            LockKind::Exclusive => "exclusive",
-            LockKind::Fair => "fair",
-            LockKind::Semaphore => "semaphore",
-            LockKind::ReadWrite => "read-write",
-        }
-    }
-}
-
-impl fmt::Display for LockKind {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-/// How a [`Holder`] holds its lock.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-#[non_exhaustive]
-pub enum HoldMode {
-    /// Alone: a plain or fair lock, or the write side of a read-write lock.
-    Exclusive,
-    /// One of a semaphore's permits.
-    Permit,
-    /// The read side of a read-write lock, beside other readers.
-    Read,
-}
-
-impl HoldMode {
-    /// A lower-case name: `exclusive`, `permit` or `read`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            HoldMode::Exclusive => "exclusive",
-            HoldMode::Permit => "permit",
-            HoldMode::Read => "read",
-        }
-    }
-}
-
-impl fmt::Display for HoldMode {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
 
 /// One holder of a lock.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -409,10 +323,8 @@ impl LockClient {
         let outcomes = futures_util::future::join_all(nodes.iter().map(|node| {
             let keys = &keys;
             async move {
-                let (_, _, sharded) = node.parts();
-                let mut call = FORCE_RELEASE[usize::from(sharded)].prepare_invoke();
-                lock_script_keys(&mut call, keys);
-                node.invoke::<i64>(name, &call).await
+                node.run::<i64>(Some(name), &calls::force_release(keys))
+                    .await
             }
         }))
         .await;
@@ -598,23 +510,9 @@ impl LockWatch {
     }
 }
 
-/// Names the keys inspect.lua and force_release.lua take, in their order.
-fn lock_script_keys(call: &mut redis::ScriptInvocation<'_>, keys: &LockKeys) {
-    call.key(&keys.lock)
-        .key(keys.holders())
-        .key(keys.readers())
-        .key(keys.readers_holders())
-        .key(keys.queue())
-        .key(keys.queue_alive())
-        .key(&keys.channel);
-}
-
 /// One store's view of the lock `keys`.
 async fn seen_on(node: &Node, name: &str, keys: &LockKeys) -> Result<Seen, LockError> {
-    let (_, _, sharded) = node.parts();
-    let mut call = INSPECT[usize::from(sharded)].prepare_invoke();
-    lock_script_keys(&mut call, keys);
-    let reply: Value = node.invoke(name, &call).await?;
+    let reply: Value = node.run(Some(name), &calls::inspect(keys)).await?;
     parse_seen(reply).ok_or_else(|| LockError::Redis {
         key: Some(name.to_owned()),
         source: redis::RedisError::from((
@@ -772,7 +670,7 @@ fn is_fence_counter(prefix: &str, key: &str) -> bool {
 
 /// Every key under `prefix` on one store: on a Cluster, on each master.
 async fn scan(node: &Node, prefix: &str) -> Result<Vec<String>, LockError> {
-    let (conn, timeout, _) = node.parts();
+    let (conn, timeout) = node.parts();
     let pattern = format!("{}*", glob_escape(prefix));
     match conn.clone() {
         Conn::Cluster(mut cluster) => {

@@ -47,6 +47,7 @@
 
 mod clock;
 mod commands;
+mod handle;
 mod lua;
 mod pubsub;
 mod reply;
@@ -67,6 +68,8 @@ pub(crate) use self::pubsub::MemorySubscriber;
 use self::pubsub::PubSub;
 use self::reply::Reply;
 use self::store::Store;
+
+pub use self::handle::MemoryStore;
 
 /// An in-memory Redis server, shared by its clones (an `Arc` inside).
 ///

@@ -1,12 +1,10 @@
-//! Locks kept in this process's memory, for users' unit tests.
+//! The public handle of the in-memory server, for users' unit tests.
 
 use std::fmt;
 
-use crate::client::LockClient;
-use crate::error::LockError;
-use crate::memory::MemoryServer;
+use super::MemoryServer;
 
-/// A lock store in this process's memory: what [`LockClient::in_memory`]
+/// A lock store in this process's memory: what [`LockClient::in_memory`](crate::LockClient::in_memory)
 /// keeps its locks in, shared by its clones.
 ///
 /// It runs the very Lua scripts a Redis server runs (in an embedded Lua
@@ -40,6 +38,7 @@ use crate::memory::MemoryServer;
 /// # Ok(())
 /// # }
 /// ```
+#[cfg_attr(docsrs, doc(cfg(feature = "memory")))]
 #[derive(Clone, Default)]
 pub struct MemoryStore {
     pub(crate) server: MemoryServer,
@@ -84,28 +83,3 @@ impl PartialEq for MemoryStore {
 }
 
 impl Eq for MemoryStore {}
-
-impl LockClient {
-    /// A client whose locks live in a new [`MemoryStore`] in this process,
-    /// with default settings: for unit tests of code that takes locks,
-    /// without a Redis server. Locks behave as on Redis (the same scripts
-    /// run), but only within this process: never use it to coordinate
-    /// several processes. For settings, or several clients on one store,
-    /// use [`LockClient::builder`] with a [`MemoryStore`].
-    ///
-    /// ```
-    /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> Result<(), lock_runtime::LockError> {
-    /// use lock_runtime::LockClient;
-    ///
-    /// let locks = LockClient::in_memory().await?;
-    /// let guard = locks.lock("order:42").acquire().await?;
-    /// assert!(guard.fence() > 0);
-    /// guard.release().await?;
-    /// # Ok(())
-    /// # }
-    /// ```
-    pub async fn in_memory() -> Result<LockClient, LockError> {
-        LockClient::connect(MemoryStore::new()).await
-    }
-}

@@ -3,12 +3,12 @@
 
 use std::time::Duration;
 
-pub use crate::client::LockClient;
-pub use crate::error::LockError;
-pub use crate::guard::LockGuard;
-pub use crate::install::installed;
-pub use crate::request::Kind;
-use crate::request::LockRequest;
+pub use crate::api::client::LockClient;
+pub use crate::api::guard::LockGuard;
+pub use crate::api::install::installed;
+use crate::api::request::LockRequest;
+pub use crate::base::error::LockError;
+pub use crate::base::kind::Kind;
 
 /// The client an attribute without `client = ...` uses.
 pub fn default_client() -> Result<LockClient, LockError> {

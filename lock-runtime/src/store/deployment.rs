@@ -1,7 +1,8 @@
 //! Where the locks live: one server, a Cluster, a Sentinel-watched master,
 //! or independent masters for Redlock; or this process's memory, for tests.
 
-use crate::in_memory::MemoryStore;
+#[cfg(feature = "memory")]
+use crate::store::memory::MemoryStore;
 
 /// The Redis deployment a [`LockClient`](crate::LockClient) takes its locks on.
 ///
@@ -68,6 +69,8 @@ pub enum Deployment {
     /// A store in this process's memory, for unit tests without Redis (see
     /// [`LockClient::in_memory`](crate::LockClient::in_memory)). Clients
     /// built on clones of one [`MemoryStore`] exclude each other.
+    #[cfg(feature = "memory")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "memory")))]
     Memory(MemoryStore),
 }
 
@@ -108,8 +111,18 @@ impl Deployment {
             Deployment::Server(url) => std::slice::from_ref(url),
             Deployment::Cluster(urls) | Deployment::Redlock(urls) => urls,
             Deployment::Sentinel { sentinels, .. } => sentinels,
+            #[cfg(feature = "memory")]
             Deployment::Memory(_) => &[],
         }
+    }
+
+    /// Whether the deployment is one of Redis servers that names none.
+    pub(crate) fn names_no_server(&self) -> bool {
+        #[cfg(feature = "memory")]
+        if let Deployment::Memory(_) = self {
+            return false;
+        }
+        self.urls().is_empty()
     }
 }
 
@@ -131,6 +144,7 @@ impl From<&String> for Deployment {
     }
 }
 
+#[cfg(feature = "memory")]
 impl From<MemoryStore> for Deployment {
     fn from(store: MemoryStore) -> Deployment {
         Deployment::Memory(store)

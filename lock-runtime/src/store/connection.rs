@@ -22,9 +22,10 @@ use redis::{
     RedisResult, Value,
 };
 
-use crate::config::Config;
-use crate::error::LockError;
-use crate::memory::MemoryServer;
+use crate::base::config::Config;
+use crate::base::error::LockError;
+#[cfg(feature = "memory")]
+use crate::store::memory::MemoryServer;
 
 /// A command connection to one lock store.
 #[derive(Clone)]
@@ -33,6 +34,7 @@ pub(crate) enum Conn {
     Cluster(ClusterConnection),
     Following(Following),
     /// The in-process store of [`LockClient::in_memory`](crate::LockClient::in_memory).
+    #[cfg(feature = "memory")]
     Memory(MemoryServer),
 }
 
@@ -42,6 +44,7 @@ impl ConnectionLike for Conn {
             Conn::Manager(conn) => conn.req_packed_command(cmd),
             Conn::Cluster(conn) => conn.req_packed_command(cmd),
             Conn::Following(conn) => conn.req_packed_command(cmd),
+            #[cfg(feature = "memory")]
             Conn::Memory(conn) => conn.req_packed_command(cmd),
         }
     }
@@ -56,6 +59,7 @@ impl ConnectionLike for Conn {
             Conn::Manager(conn) => conn.req_packed_commands(pipeline, offset, count),
             Conn::Cluster(conn) => conn.req_packed_commands(pipeline, offset, count),
             Conn::Following(conn) => conn.req_packed_commands(pipeline, offset, count),
+            #[cfg(feature = "memory")]
             Conn::Memory(conn) => conn.req_packed_commands(pipeline, offset, count),
         }
     }
@@ -65,6 +69,7 @@ impl ConnectionLike for Conn {
             Conn::Manager(conn) => conn.get_db(),
             Conn::Cluster(conn) => conn.get_db(),
             Conn::Following(conn) => conn.get_db(),
+            #[cfg(feature = "memory")]
             Conn::Memory(conn) => conn.get_db(),
         }
     }
@@ -86,7 +91,9 @@ impl Conn {
         match self {
             Conn::Manager(conn) => conn.timed_out(),
             Conn::Following(conn) => conn.timed_out(),
-            Conn::Cluster(_) | Conn::Memory(_) => {}
+            Conn::Cluster(_) => {}
+            #[cfg(feature = "memory")]
+            Conn::Memory(_) => {}
         }
     }
 
@@ -95,7 +102,9 @@ impl Conn {
         match self {
             Conn::Manager(conn) => conn.answered(),
             Conn::Following(conn) => conn.answered(),
-            Conn::Cluster(_) | Conn::Memory(_) => {}
+            Conn::Cluster(_) => {}
+            #[cfg(feature = "memory")]
+            Conn::Memory(_) => {}
         }
     }
 

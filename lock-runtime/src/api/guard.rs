@@ -3,17 +3,17 @@
 use std::fmt;
 use std::sync::Arc;
 
-use crate::client::LockClient;
-use crate::error::{LockError, LossReason};
+use crate::api::client::LockClient;
+use crate::base::error::{LockError, LossReason};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
-use crate::keys::LockKeys;
-use crate::scope::{self, CurrentLock, Scope};
-use crate::scripts::{Released, Stored};
-use crate::telemetry::Hold;
-use crate::watchdog::Held;
+use crate::api::scope::{self, CurrentLock, Scope};
+use crate::base::keys::LockKeys;
+use crate::base::telemetry::Hold;
+use crate::engine::watchdog::Held;
+use crate::store::scripts::Released;
 
 /// Proof of holding a lock. The watchdog renews the lock while the guard
 /// lives; [`release`](LockGuard::release) gives it back and reports how that
@@ -310,8 +310,25 @@ async fn end(
     }
     .instrument(telemetry.span().clone())
     .await;
-    telemetry.finish(&outcome, held);
+    finish(telemetry, &outcome, held);
     outcome
+}
+
+/// Records how a hold of `held` ended.
+fn finish(telemetry: Hold, outcome: &Result<(), LockError>, held: &[Arc<Held>]) {
+    let lost = match outcome {
+        Err(LockError::Lost { key, .. }) => held
+            .iter()
+            .find(|held| held.name == *key)
+            .map(|held| &held.tracked),
+        _ => None,
+    };
+    telemetry.finish(outcome, renewals(held), lost);
+}
+
+/// How many renewals of the first lock the watchdog has confirmed.
+pub(crate) fn renewals(held: &[Arc<Held>]) -> u64 {
+    held.first().map_or(0, |held| held.tracked.renewals())
 }
 
 /// Takes a guard's locks out of the watchdog's care; true when no other
@@ -337,27 +354,11 @@ async fn give_back(
         .map(|held| held.name.as_str())
         .collect::<Vec<_>>()
         .join(" + ");
-    let owner = &held[0].owner;
-    let released = match &held[0].stored {
-        Stored::Hash => inner.backend.release(&label, &keys, owner, whole).await?,
-        Stored::Place {
-            set,
-            holders,
-            queue,
-            ..
-        } => vec![
-            inner
-                .backend
-                .release_place(
-                    &label,
-                    (set, holders),
-                    (&keys[0].channel, queue.as_deref()),
-                    owner,
-                    whole,
-                )
-                .await?,
-        ],
-    };
+    let (owner, stored) = (&held[0].owner, &held[0].stored);
+    let released = inner
+        .backend
+        .release(&label, &keys, stored, owner, whole)
+        .await?;
     tracing::debug!(?released, "released");
     Ok(released)
 }
@@ -375,8 +376,8 @@ impl Drop for LockGuard {
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             tracing::debug!(key = %self.key(), "guard dropped outside a runtime; lock expires after its lease");
             match lost_before {
-                Some(lost) => telemetry.finish(&Err(lost), &self.held),
-                None => telemetry.unreleased(&self.held),
+                Some(lost) => finish(telemetry, &Err(lost), &self.held),
+                None => telemetry.unreleased(renewals(&self.held)),
             }
             return;
         };

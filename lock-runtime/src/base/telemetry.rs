@@ -27,7 +27,6 @@
 //! [`LockGuard::span`]: crate::LockGuard::span
 
 use std::fmt::Write as _;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
@@ -35,10 +34,8 @@ use tokio::time::Instant;
 use tracing::Span;
 use tracing::field::{Empty, display};
 
-use crate::error::{LockError, LossReason};
-use crate::guard::LockGuard;
-use crate::request::Kind;
-use crate::watchdog::Held;
+use crate::base::error::{LockError, LossReason};
+use crate::base::kind::Kind;
 
 /// The names of the metrics `lock-runtime` records through the
 /// [`metrics`](https://docs.rs/metrics) facade (with its default `metrics`
@@ -47,8 +44,9 @@ use crate::watchdog::Held;
 /// They follow the Prometheus conventions: base units in the name
 /// (`_seconds`), `_total` on counters. Histograms are in seconds. Labels:
 ///
-/// * `kind`: `exclusive` (also write locks and `lock_all`), `semaphore`,
-///   `read`, `fair`;
+/// * `kind`: [`LockKind`](crate::LockKind) as a string: `exclusive` (also
+///   write locks and `lock_all`), `semaphore`, `read-write` (read locks),
+///   `fair`;
 /// * `outcome`: on the histograms, how the wait or hold ended;
 /// * `reason` on [`LOCK_LOST_TOTAL`]: `not_held`, `expired`, `not_held_at_release`;
 /// * `operation` and `error` on [`LOCK_ERRORS_TOTAL`].
@@ -197,12 +195,7 @@ fn held_by(kind: &'static str, delta: f64) {
 }
 
 fn kind_label(kind: Kind) -> &'static str {
-    match kind {
-        Kind::Exclusive => "exclusive",
-        Kind::Permits(_) => "semaphore",
-        Kind::Read => "read",
-        Kind::Fair => "fair",
-    }
+    kind.lock_kind().as_str()
 }
 
 /// The `error` label: the variant, as a bounded set of names.
@@ -267,11 +260,9 @@ impl Acquiring {
         &self.span
     }
 
-    /// Records how the acquisition ended, and passes its result on.
-    pub(crate) fn finish(
-        self,
-        result: Result<LockGuard, LockError>,
-    ) -> Result<LockGuard, LockError> {
+    /// Records how the acquisition ended: granted, with each lock's key
+    /// and fencing token in the order they were named, or failed.
+    pub(crate) fn finish(self, result: Result<&[(&str, u64)], &LockError>) {
         let Acquiring {
             span,
             kind,
@@ -279,14 +270,15 @@ impl Acquiring {
         } = self;
         let waited = started.elapsed();
         span.record("wait_seconds", waited.as_secs_f64());
-        let outcome = match &result {
-            Ok(guard) => {
-                span.record("fence", guard.fence());
-                let fences = guard.fences();
+        let outcome = match result {
+            Ok(fences) => {
+                if let Some((_, first)) = fences.first() {
+                    span.record("fence", first);
+                }
                 if fences.len() > 1 {
                     let mut all = String::new();
-                    for lock in &fences {
-                        let _ = write!(all, "{}{}={}", sep(&all), lock.key, lock.fence);
+                    for (key, fence) in fences {
+                        let _ = write!(all, "{}{key}={fence}", sep(&all));
                     }
                     span.record("fences", all.as_str());
                 }
@@ -317,7 +309,6 @@ impl Acquiring {
             &[("kind", kind), ("outcome", outcome)],
             waited,
         );
-        result
     }
 }
 
@@ -355,13 +346,14 @@ impl Default for Hold {
 }
 
 impl Hold {
-    /// Starts timing the hold of `held`, acquired in `span`.
-    pub(crate) fn new(kind: Kind, span: &Span, held: &[Arc<Held>]) -> Hold {
+    /// Starts timing a hold acquired in `span`, of a lock renewed
+    /// `renewals_before` times already (by an outer guard that re-entered).
+    pub(crate) fn new(kind: Kind, span: &Span, renewals_before: u64) -> Hold {
         Hold {
             span: span.clone(),
             kind: kind_label(kind),
             since: Some(Instant::now()),
-            renewals_before: renewals(held),
+            renewals_before,
         }
     }
 
@@ -370,17 +362,24 @@ impl Hold {
         &self.span
     }
 
-    /// Records how the hold of `held` ended: released (`Ok`), lost, or an error.
-    pub(crate) fn finish(self, result: &Result<(), LockError>, held: &[Arc<Held>]) {
+    /// Records how the hold ended: released (`Ok`), lost, or an error,
+    /// with the lock renewed `renewals` times in all; `lost` is what the
+    /// registry keeps of the lock a `Lost` error names.
+    pub(crate) fn finish(
+        self,
+        result: &Result<(), LockError>,
+        renewals: u64,
+        lost: Option<&Tracked>,
+    ) {
         let (outcome, error) = match result {
             Ok(()) => {
                 count(LOCK_RELEASED_TOTAL, &[("kind", self.kind)]);
                 ("released", None)
             }
-            Err(LockError::Lost { key, reason }) => {
+            Err(LockError::Lost { reason, .. }) => {
                 // Counted here if the watchdog did not declare it first.
-                if let Some(held) = held.iter().find(|held| held.name == *key) {
-                    held.tracked.lost(*reason);
+                if let Some(tracked) = lost {
+                    tracked.lost(*reason);
                 }
                 ("lost", None)
             }
@@ -389,25 +388,25 @@ impl Hold {
                 ("error", Some(error_label(err)))
             }
         };
-        self.end(outcome, error, held);
+        self.end(outcome, error, renewals);
     }
 
     /// Records a guard dropped where no runtime could release it: the lock
     /// stays taken until its lease runs out.
-    pub(crate) fn unreleased(self, held: &[Arc<Held>]) {
+    pub(crate) fn unreleased(self, renewals: u64) {
         self.span.record(
             "error",
             "guard dropped outside a Tokio runtime; the lock expires after its lease",
         );
-        self.end("error", Some("no_runtime"), held);
+        self.end("error", Some("no_runtime"), renewals);
     }
 
-    fn end(self, outcome: &'static str, error: Option<&'static str>, held: &[Arc<Held>]) {
+    fn end(self, outcome: &'static str, error: Option<&'static str>, renewals: u64) {
         let Some(since) = self.since else {
             return; // never started: nothing was held
         };
         let hold = since.elapsed();
-        let renewed = renewals(held).saturating_sub(self.renewals_before);
+        let renewed = renewals.saturating_sub(self.renewals_before);
         self.span.record("hold_seconds", hold.as_secs_f64());
         self.span.record("renewals", renewed);
         self.span.record("outcome", outcome);
@@ -427,11 +426,6 @@ impl Hold {
             hold,
         );
     }
-}
-
-fn renewals(held: &[Arc<Held>]) -> u64 {
-    held.first()
-        .map_or(0, |held| held.tracked.renewals.load(Ordering::Relaxed))
 }
 
 /// What the watchdog's registry keeps of one held lock for telemetry.
@@ -461,6 +455,11 @@ impl Tracked {
         &self.span
     }
 
+    /// How many renewals of the lock were confirmed.
+    pub(crate) fn renewals(&self) -> u64 {
+        self.renewals.load(Ordering::Relaxed)
+    }
+
     /// A renewal of the lock was confirmed.
     pub(crate) fn renewed(&self) {
         self.renewals.fetch_add(1, Ordering::Relaxed);
@@ -487,9 +486,13 @@ impl Tracked {
     }
 }
 
-/// One renewal call of the watchdog for `batch` answered (or failed) after
-/// `round_trip`.
-pub(crate) fn renewal(round_trip: Duration, batch: &[Arc<Held>], error: Option<&LockError>) {
+/// One renewal call of the watchdog for the locks of `batch` answered (or
+/// failed) after `round_trip`.
+pub(crate) fn renewal<'a>(
+    round_trip: Duration,
+    batch: impl Iterator<Item = &'a Tracked>,
+    error: Option<&LockError>,
+) {
     let outcome = if error.is_some() { "error" } else { "ok" };
     observe(
         LOCK_RENEWAL_ROUND_TRIP_SECONDS,
@@ -498,11 +501,11 @@ pub(crate) fn renewal(round_trip: Duration, batch: &[Arc<Held>], error: Option<&
     );
     if let Some(error) = error {
         let error = error_label(error);
-        for held in batch {
+        for tracked in batch {
             count(
                 LOCK_ERRORS_TOTAL,
                 &[
-                    ("kind", held.tracked.kind),
+                    ("kind", tracked.kind),
                     ("operation", "renew"),
                     ("error", error),
                 ],

@@ -28,17 +28,20 @@
 //! plain majority when `k = 1`.
 
 use std::collections::BTreeMap;
-use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::StreamExt;
+use futures_util::future::BoxFuture;
 use futures_util::stream::FuturesUnordered;
 use tokio::time::Instant;
 
-use crate::error::LockError;
-use crate::keys::{LockKeys, slot};
-use crate::scripts::{Acquired, Node, Released, RenewItem, Replicas, Taken};
+use crate::base::config::Replicas;
+use crate::base::error::LockError;
+use crate::base::keys::{LockKeys, slot};
+use crate::base::kind::Kind;
+use crate::store::node::Node;
+use crate::store::scripts::{Acquire, Acquired, Call, Released, Renewing, Stored, Taken, calls};
 
 /// How the deployment is reached.
 pub(crate) enum Topology {
@@ -77,6 +80,49 @@ pub(crate) struct Times {
     pub(crate) drift: Duration,
 }
 
+/// One attempt to take locks: what the deployment is asked for.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Attempt<'a> {
+    /// How errors and logs name the locks.
+    pub(crate) name: &'a str,
+    pub(crate) locks: &'a [LockKeys],
+    pub(crate) owner: &'a str,
+    pub(crate) kind: Kind,
+    pub(crate) times: Times,
+    /// A fair waiter's place in line: how long it stays there without
+    /// trying again, and whether it waits in line at all.
+    pub(crate) line: (Duration, bool),
+    pub(crate) replicas: Option<Replicas>,
+}
+
+impl Attempt<'_> {
+    /// How the locks are stored once taken.
+    pub(crate) fn stored(&self) -> Stored {
+        Stored::for_kind(self.kind, &self.locks[0])
+    }
+
+    /// The acquire call for `locks` (all of the attempt's, or one Cluster
+    /// slot's), and the call that gives back what it granted.
+    fn calls(&self, locks: &[LockKeys]) -> Acquire {
+        let (owner, lease, mark) = (self.owner, self.times.lease, self.times.mark);
+        let take = match self.kind {
+            Kind::Exclusive => calls::acquire(locks, owner, lease, mark),
+            Kind::Permits(permits) => calls::permit_acquire(&locks[0], owner, lease, permits),
+            Kind::Read => calls::read_acquire(&locks[0], owner, lease, mark),
+            Kind::Fair => {
+                let (stay, enqueue) = self.line;
+                calls::fair_acquire(&locks[0], owner, lease, stay, enqueue)
+            }
+        };
+        let undo = calls::release(locks, &self.stored(), owner, false);
+        Acquire {
+            take,
+            undo,
+            locks: locks.len(),
+        }
+    }
+}
+
 /// How many of `nodes` masters must agree for a lock that `holders` may
 /// hold at once (see the module docs).
 pub(crate) fn needed(nodes: usize, holders: u32) -> usize {
@@ -84,34 +130,26 @@ pub(crate) fn needed(nodes: usize, holders: u32) -> usize {
     k * nodes / (k + 1) + 1
 }
 
-impl Backend {
-    /// Runs `call` on every store and returns the outcomes once a majority
-    /// of them succeeded (or all answered): a stopped master must not make
-    /// every release wait for its timeout. The other calls go on in the
-    /// background.
-    async fn on_enough<T, C, F>(&self, call: C) -> Vec<Result<T, LockError>>
-    where
-        C: Fn(Node) -> F,
-        F: Future<Output = Result<T, LockError>> + Send + 'static,
-        T: Send + 'static,
-    {
-        let nodes = self.nodes();
-        let enough = needed(nodes.len(), 1);
-        let mut pending: FuturesUnordered<F> =
-            nodes.iter().map(|node| call(node.clone())).collect();
-        let mut outcomes = Vec::new();
-        while let Some(outcome) = pending.next().await {
-            outcomes.push(outcome);
-            if outcomes.iter().filter(|o| o.is_ok()).count() >= enough {
-                break;
-            }
-        }
-        if !pending.is_empty() {
-            tokio::spawn(async move { while pending.next().await.is_some() {} });
-        }
-        outcomes
-    }
+/// A call run on one store, as a future that owns what it needs.
+type OpFuture<T> = BoxFuture<'static, Result<Vec<T>, LockError>>;
 
+/// What a call run on one store reads from its reply: one value per lock.
+type Op<T> = fn(Node, String, Call, usize) -> OpFuture<T>;
+
+/// A release: what happened to each lock.
+fn releasing(node: Node, name: String, call: Call, locks: usize) -> OpFuture<Released> {
+    Box::pin(async move { node.release(&name, &call, locks).await })
+}
+
+/// A call whose reply says nothing the caller needs.
+fn answered(node: Node, name: String, call: Call, locks: usize) -> OpFuture<()> {
+    Box::pin(async move {
+        node.run::<redis::Value>(Some(&name), &call).await?;
+        Ok(vec![(); locks])
+    })
+}
+
+impl Backend {
     pub(crate) fn new(topology: Topology) -> Backend {
         Backend {
             topology: Arc::new(topology),
@@ -126,300 +164,123 @@ impl Backend {
         }
     }
 
-    /// Takes every lock in `keys` or none.
-    pub(crate) async fn acquire(
-        &self,
-        name: &str,
-        keys: &[LockKeys],
-        owner: &Arc<str>,
-        times: Times,
-        replicas: Option<Replicas>,
-    ) -> Result<Acquired, LockError> {
-        let during = (times.lease, times.mark);
+    /// Takes every lock of `attempt` or none.
+    pub(crate) async fn acquire(&self, attempt: &Attempt<'_>) -> Result<Acquired, LockError> {
+        let locks = attempt.locks;
         match &*self.topology {
-            Topology::Single(node) => node.acquire(name, keys, owner, during, replicas).await,
-            Topology::Cluster(node) => {
-                acquire_by_slot(node, name, keys, owner, during, replicas).await
+            Topology::Cluster(node) if by_slot(locks.iter().map(|l| l.lock.as_str())).len() > 1 => {
+                acquire_by_slot(node, attempt).await
             }
-            Topology::Quorum(nodes) => {
-                let (name_, keys_, owner_) = (name.to_owned(), keys.to_vec(), owner.clone());
-                let take = move |node: Node| {
-                    let (name, keys, owner) = (name_.clone(), keys_.clone(), owner_.clone());
-                    async move { node.acquire(&name, &keys, &owner, during, replicas).await }
-                };
-                let (name_, keys_, owner_) = (name.to_owned(), keys.to_vec(), owner.clone());
-                let undo = move |node: Node| {
-                    let (name, keys, owner) = (name_.clone(), keys_.clone(), owner_.clone());
-                    async move { node.release(&name, &keys, &owner, false).await.map(drop) }
-                };
-                let needed = needed(nodes.len(), 1);
-                on_quorum(nodes, name, keys, needed, times, take, undo).await
-            }
-        }
-    }
-
-    /// Takes (or re-enters) one of `permits` permits of a semaphore.
-    pub(crate) async fn acquire_permit(
-        &self,
-        name: &str,
-        keys: &LockKeys,
-        owner: &Arc<str>,
-        times: Times,
-        permits: u32,
-        replicas: Option<Replicas>,
-    ) -> Result<Acquired, LockError> {
-        match &*self.topology {
             Topology::Single(node) | Topology::Cluster(node) => {
-                node.acquire_permit(name, keys, owner, times.lease, permits, replicas)
+                node.acquire(attempt.name, &attempt.calls(locks), attempt.replicas)
                     .await
             }
-            Topology::Quorum(nodes) => {
-                let (name_, keys_, owner_) = (name.to_owned(), keys.clone(), owner.clone());
-                let take = move |node: Node| {
-                    let (name, keys, owner) = (name_.clone(), keys_.clone(), owner_.clone());
-                    async move {
-                        node.acquire_permit(&name, &keys, &owner, times.lease, permits, replicas)
-                            .await
-                    }
-                };
-                let undo = place_undo(name, keys, owner, (keys.lock.clone(), keys.holders()), None);
-                let needed = needed(nodes.len(), permits);
-                on_quorum(
-                    nodes,
-                    name,
-                    std::slice::from_ref(keys),
-                    needed,
-                    times,
-                    take,
-                    undo,
-                )
-                .await
-            }
+            Topology::Quorum(nodes) => on_quorum(nodes, attempt).await,
         }
     }
 
-    /// Takes or re-enters the read side of a read-write lock.
-    pub(crate) async fn acquire_read(
+    /// Gives back what `owner` holds of `locks`, stored as `stored`: one
+    /// level, or every level when `all`; one outcome per lock.
+    pub(crate) async fn release(
         &self,
         name: &str,
-        keys: &LockKeys,
-        owner: &Arc<str>,
-        times: Times,
-        replicas: Option<Replicas>,
-    ) -> Result<Acquired, LockError> {
-        let during = (times.lease, times.mark);
-        match &*self.topology {
-            Topology::Single(node) | Topology::Cluster(node) => {
-                node.acquire_read(name, keys, owner, during, replicas).await
-            }
-            Topology::Quorum(nodes) => {
-                let (name_, keys_, owner_) = (name.to_owned(), keys.clone(), owner.clone());
-                let take = move |node: Node| {
-                    let (name, keys, owner) = (name_.clone(), keys_.clone(), owner_.clone());
-                    async move {
-                        node.acquire_read(&name, &keys, &owner, during, replicas)
-                            .await
-                    }
-                };
-                let undo = place_undo(
-                    name,
-                    keys,
-                    owner,
-                    (keys.readers(), keys.readers_holders()),
-                    Some(keys.queue()),
-                );
-                let needed = needed(nodes.len(), 1);
-                on_quorum(
-                    nodes,
-                    name,
-                    std::slice::from_ref(keys),
-                    needed,
-                    times,
-                    take,
-                    undo,
-                )
-                .await
-            }
-        }
-    }
-
-    /// Takes or re-enters a lock in arrival order (see `Node::acquire_fair`).
-    pub(crate) async fn acquire_fair(
-        &self,
-        name: &str,
-        keys: &LockKeys,
-        owner: &Arc<str>,
-        (times, stay, enqueue): (Times, Duration, bool),
-        replicas: Option<Replicas>,
-    ) -> Result<Acquired, LockError> {
-        match &*self.topology {
-            Topology::Single(node) | Topology::Cluster(node) => {
-                node.acquire_fair(name, keys, owner, times.lease, stay, enqueue, replicas)
-                    .await
-            }
-            Topology::Quorum(nodes) => {
-                let (name_, keys_, owner_) = (name.to_owned(), keys.clone(), owner.clone());
-                let take = move |node: Node| {
-                    let (name, keys, owner) = (name_.clone(), keys_.clone(), owner_.clone());
-                    async move {
-                        node.acquire_fair(
-                            &name,
-                            &keys,
-                            &owner,
-                            times.lease,
-                            stay,
-                            enqueue,
-                            replicas,
-                        )
-                        .await
-                    }
-                };
-                let (name_, keys_, owner_) = (name.to_owned(), keys.clone(), owner.clone());
-                let undo = move |node: Node| {
-                    let (name, keys, owner) = (name_.clone(), keys_.clone(), owner_.clone());
-                    async move {
-                        node.release(&name, std::slice::from_ref(&keys), &owner, false)
-                            .await
-                            .map(drop)
-                    }
-                };
-                let needed = needed(nodes.len(), 1);
-                on_quorum(
-                    nodes,
-                    name,
-                    std::slice::from_ref(keys),
-                    needed,
-                    times,
-                    take,
-                    undo,
-                )
-                .await
-            }
-        }
+        locks: &[LockKeys],
+        stored: &Stored,
+        owner: &str,
+        all: bool,
+    ) -> Result<Vec<Released>, LockError> {
+        let build = |locks: &[LockKeys]| calls::release(locks, stored, owner, all);
+        let per_store = self.everywhere(name, locks, build, releasing).await?;
+        Ok((0..locks.len())
+            .map(|i| merge_released(per_store.iter().map(|store| store[i])))
+            .collect())
     }
 
     /// Takes back the turn-taking marks of a writer or reader that stopped
-    /// waiting (one call per hash slot on a Cluster).
+    /// waiting.
     pub(crate) async fn leave_turns(
         &self,
         name: &str,
-        keys: &[LockKeys],
+        locks: &[LockKeys],
         owner: &str,
     ) -> Result<(), LockError> {
-        match &*self.topology {
-            Topology::Single(node) => node.leave_turns(name, keys, owner).await,
-            Topology::Cluster(node) => {
-                let groups = by_slot(keys.iter().map(|k| k.lock.as_str()));
-                let calls = groups.iter().map(|group| {
-                    let group_keys: Vec<LockKeys> =
-                        group.iter().map(|&i| keys[i].clone()).collect();
-                    async move { node.leave_turns(name, &group_keys, owner).await }
-                });
-                let outcomes = futures_util::future::join_all(calls).await;
-                successes(outcomes).map(drop)
-            }
-            Topology::Quorum(_) => {
-                let (name, keys, owner) = (name.to_owned(), keys.to_vec(), owner.to_owned());
-                let outcomes = self
-                    .on_enough(move |node| {
-                        let (name, keys, owner) = (name.clone(), keys.clone(), owner.clone());
-                        async move { node.leave_turns(&name, &keys, &owner).await }
-                    })
-                    .await;
-                successes(outcomes).map(drop)
-            }
-        }
+        let build = |locks: &[LockKeys]| calls::turn_leave(locks, owner);
+        self.everywhere(name, locks, build, answered)
+            .await
+            .map(drop)
     }
 
     /// Takes a fair waiter out of line.
     pub(crate) async fn leave_line(
         &self,
         name: &str,
-        keys: &LockKeys,
+        lock: &LockKeys,
         owner: &str,
     ) -> Result<(), LockError> {
-        let (name, keys, owner) = (name.to_owned(), keys.clone(), owner.to_owned());
-        let outcomes = self
-            .on_enough(move |node| {
-                let (name, keys, owner) = (name.clone(), keys.clone(), owner.clone());
-                async move { node.leave_line(&name, &keys, &owner).await }
-            })
-            .await;
-        successes(outcomes).map(drop)
+        let build = |locks: &[LockKeys]| calls::fair_leave(&locks[0], owner);
+        let locks = std::slice::from_ref(lock);
+        self.everywhere(name, locks, build, answered)
+            .await
+            .map(drop)
     }
 
-    /// Gives back one level of a place in a leased set (every level when
-    /// `all`) and announces it.
-    pub(crate) async fn release_place(
+    /// Runs the calls `build` makes for `locks` wherever they must go: on a
+    /// Cluster one per hash slot, put back in the order of `locks`; on
+    /// Redlock on every master, answering once a majority did (a stopped
+    /// master must not make every release wait for its timeout; the other
+    /// calls go on in the background). One result per store that answered,
+    /// each with one value per lock; the last error if none did.
+    async fn everywhere<T: Copy + Default + Send + 'static>(
         &self,
         name: &str,
-        place: (&str, &str),
-        announce: (&str, Option<&str>),
-        owner: &str,
-        all: bool,
-    ) -> Result<Released, LockError> {
-        let (name, owner) = (name.to_owned(), owner.to_owned());
-        let (set, holders) = (place.0.to_owned(), place.1.to_owned());
-        let (channel, queue) = (announce.0.to_owned(), announce.1.map(str::to_owned));
-        let outcomes = self
-            .on_enough(move |node| {
-                let (name, owner) = (name.clone(), owner.clone());
-                let (set, holders) = (set.clone(), holders.clone());
-                let (channel, queue) = (channel.clone(), queue.clone());
-                async move {
-                    node.release_place(
-                        &name,
-                        (&set, &holders),
-                        (&channel, queue.as_deref()),
-                        &owner,
-                        all,
-                    )
-                    .await
-                }
-            })
-            .await;
-        let per_node = successes(outcomes)?;
-        Ok(merge_released(per_node.iter().copied()))
-    }
-
-    /// Counts each lock in `keys` one level down (every level when `all`).
-    pub(crate) async fn release(
-        &self,
-        name: &str,
-        keys: &[LockKeys],
-        owner: &str,
-        all: bool,
-    ) -> Result<Vec<Released>, LockError> {
+        locks: &[LockKeys],
+        build: impl Fn(&[LockKeys]) -> Call,
+        op: Op<T>,
+    ) -> Result<Vec<Vec<T>>, LockError> {
         match &*self.topology {
-            Topology::Single(node) => node.release(name, keys, owner, all).await,
+            Topology::Single(node) => {
+                let one = op(node.clone(), name.to_owned(), build(locks), locks.len()).await?;
+                Ok(vec![one])
+            }
             Topology::Cluster(node) => {
-                let groups = by_slot(keys.iter().map(|k| k.lock.as_str()));
+                let groups = by_slot(locks.iter().map(|l| l.lock.as_str()));
                 let calls = groups.iter().map(|group| {
-                    let group_keys: Vec<LockKeys> =
-                        group.iter().map(|&i| keys[i].clone()).collect();
-                    async move { node.release(name, &group_keys, owner, all).await }
+                    let group_locks: Vec<LockKeys> =
+                        group.iter().map(|&i| locks[i].clone()).collect();
+                    op(
+                        node.clone(),
+                        name.to_owned(),
+                        build(&group_locks),
+                        group.len(),
+                    )
                 });
                 let outcomes = futures_util::future::join_all(calls).await;
-                let mut released = vec![Released::NotHeld; keys.len()];
+                let mut merged = vec![T::default(); locks.len()];
                 for (group, outcome) in groups.iter().zip(outcomes) {
                     for (&i, one) in group.iter().zip(outcome?) {
-                        released[i] = one;
+                        merged[i] = one;
                     }
                 }
-                Ok(released)
+                Ok(vec![merged])
             }
-            Topology::Quorum(_) => {
-                let (name, keys_, owner) = (name.to_owned(), keys.to_vec(), owner.to_owned());
-                let outcomes = self
-                    .on_enough(move |node| {
-                        let (name, keys, owner) = (name.clone(), keys_.clone(), owner.clone());
-                        async move { node.release(&name, &keys, &owner, all).await }
-                    })
-                    .await;
-                let per_node = successes(outcomes)?;
-                Ok((0..keys.len())
-                    .map(|i| merge_released(per_node.iter().map(|node| node[i])))
-                    .collect())
+            Topology::Quorum(nodes) => {
+                let call = build(locks);
+                let enough = needed(nodes.len(), 1);
+                let mut pending: FuturesUnordered<_> = nodes
+                    .iter()
+                    .map(|node| op(node.clone(), name.to_owned(), call.clone(), locks.len()))
+                    .collect();
+                let mut outcomes = Vec::new();
+                while let Some(outcome) = pending.next().await {
+                    outcomes.push(outcome);
+                    if outcomes.iter().filter(|o| o.is_ok()).count() >= enough {
+                        break;
+                    }
+                }
+                if !pending.is_empty() {
+                    tokio::spawn(async move { while pending.next().await.is_some() {} });
+                }
+                successes(outcomes)
             }
         }
     }
@@ -428,16 +289,16 @@ impl Backend {
     /// nothing could be learned at all.
     pub(crate) async fn renew(
         &self,
-        items: &[RenewItem<'_>],
+        items: &[Renewing<'_>],
         timeout: Duration,
         replicas: &[Option<Replicas>],
     ) -> Result<Vec<Renewal>, LockError> {
         match &*self.topology {
             Topology::Single(node) => renew_on(node, items, timeout, replicas).await,
             Topology::Cluster(node) => {
-                let groups = by_slot(items.iter().map(|item| item.0));
+                let groups = by_slot(items.iter().map(|item| item.key));
                 let calls = groups.iter().map(|group| {
-                    let group_items: Vec<RenewItem<'_>> = group.iter().map(|&i| items[i]).collect();
+                    let group_items: Vec<Renewing<'_>> = group.iter().map(|&i| items[i]).collect();
                     let group_replicas: Vec<Option<Replicas>> =
                         group.iter().map(|&i| replicas[i]).collect();
                     async move { renew_on(node, &group_items, timeout, &group_replicas).await }
@@ -455,20 +316,28 @@ impl Backend {
                         Err(err) => last_error = Some(err),
                     }
                 }
-                match last_error {
-                    Some(err) if renewed.iter().all(|r| *r == Renewal::Unknown) => Err(err),
-                    _ => Ok(renewed),
-                }
+                unless_all_unknown(renewed, last_error)
             }
             Topology::Quorum(nodes) => renew_by_quorum(nodes, items, timeout, replicas).await,
         }
     }
 }
 
+/// `renewed`, or `last_error` when nothing at all was learned.
+fn unless_all_unknown(
+    renewed: Vec<Renewal>,
+    last_error: Option<LockError>,
+) -> Result<Vec<Renewal>, LockError> {
+    match last_error {
+        Some(err) if renewed.iter().all(|r| *r == Renewal::Unknown) => Err(err),
+        _ => Ok(renewed),
+    }
+}
+
 /// Renews on one store, in one call per replication requirement.
 async fn renew_on(
     node: &Node,
-    items: &[RenewItem<'_>],
+    items: &[Renewing<'_>],
     timeout: Duration,
     replicas: &[Option<Replicas>],
 ) -> Result<Vec<Renewal>, LockError> {
@@ -484,8 +353,8 @@ async fn renew_on(
     let mut last_error = None;
     for (wanted, indices) in kinds {
         let wanted = wanted.map(|(count, timeout)| Replicas { count, timeout });
-        let batch = indices.iter().map(|&i| items[i]);
-        match node.renew(batch, timeout, wanted).await {
+        let batch: Vec<Renewing<'_>> = indices.iter().map(|&i| items[i]).collect();
+        match node.renew(&calls::renew(&batch), timeout, wanted).await {
             Ok(outcome) => {
                 for (&i, still) in indices.iter().zip(outcome) {
                     renewed[i] = if still {
@@ -498,17 +367,14 @@ async fn renew_on(
             Err(err) => last_error = Some(err),
         }
     }
-    match last_error {
-        Some(err) if renewed.iter().all(|r| *r == Renewal::Unknown) => Err(err),
-        _ => Ok(renewed),
-    }
+    unless_all_unknown(renewed, last_error)
 }
 
 /// Renews on every master; an item is renewed where enough masters renewed
 /// it, gone where too many no longer have it for that.
 async fn renew_by_quorum(
     nodes: &[Node],
-    items: &[RenewItem<'_>],
+    items: &[Renewing<'_>],
     timeout: Duration,
     replicas: &[Option<Replicas>],
 ) -> Result<Vec<Renewal>, LockError> {
@@ -518,21 +384,12 @@ async fn renew_by_quorum(
             .map(|node| renew_on(node, items, timeout, replicas)),
     )
     .await;
-    let mut last_error = None;
-    let answers: Vec<Vec<Renewal>> = outcomes
-        .into_iter()
-        .filter_map(|outcome| outcome.map_err(|err| last_error = Some(err)).ok())
-        .collect();
-    if answers.is_empty()
-        && let Some(err) = last_error
-    {
-        return Err(err);
-    }
+    let answers = successes(outcomes)?;
     Ok(items
         .iter()
         .enumerate()
-        .map(|(i, (_, stored, _, _))| {
-            let needed = needed(nodes.len(), stored.holders_at_once());
+        .map(|(i, item)| {
+            let needed = needed(nodes.len(), item.stored.holders_at_once());
             let renewed = answers.iter().filter(|a| a[i] == Renewal::Renewed).count();
             let gone = answers.iter().filter(|a| a[i] == Renewal::Gone).count();
             if renewed >= needed {
@@ -559,36 +416,26 @@ fn by_slot<'a>(keys: impl Iterator<Item = &'a str>) -> Vec<Vec<usize>> {
 /// Takes locks in several Cluster slots one slot at a time, in slot order;
 /// when one slot's locks are busy, gives back the slots taken so far, so
 /// that nothing is held while waiting (all or none, never a deadlock).
-async fn acquire_by_slot(
-    node: &Node,
-    name: &str,
-    keys: &[LockKeys],
-    owner: &str,
-    during: (Duration, Duration),
-    replicas: Option<Replicas>,
-) -> Result<Acquired, LockError> {
-    let groups = by_slot(keys.iter().map(|k| k.lock.as_str()));
-    if groups.len() == 1 {
-        return node.acquire(name, keys, owner, during, replicas).await;
-    }
-    let mut taken: Vec<Option<Taken>> = vec![None; keys.len()];
-    let mut done: Vec<Vec<LockKeys>> = Vec::new();
+async fn acquire_by_slot(node: &Node, attempt: &Attempt<'_>) -> Result<Acquired, LockError> {
+    let locks = attempt.locks;
+    let groups = by_slot(locks.iter().map(|l| l.lock.as_str()));
+    let mut taken: Vec<Option<Taken>> = vec![None; locks.len()];
+    let mut taken_slots: Vec<Acquire> = Vec::new();
     for group in &groups {
-        let group_keys: Vec<LockKeys> = group.iter().map(|&i| keys[i].clone()).collect();
-        let outcome = node
-            .acquire(name, &group_keys, owner, during, replicas)
-            .await;
+        let group_locks: Vec<LockKeys> = group.iter().map(|&i| locks[i].clone()).collect();
+        let call = attempt.calls(&group_locks);
+        let outcome = node.acquire(attempt.name, &call, attempt.replicas).await;
         match outcome {
             Ok(Acquired::Held(held)) => {
                 for (&i, one) in group.iter().zip(held) {
                     taken[i] = Some(one);
                 }
-                done.push(group_keys);
+                taken_slots.push(call);
             }
             other => {
-                for group_keys in done {
-                    if let Err(err) = node.release(name, &group_keys, owner, false).await {
-                        tracing::debug!(key = %name, error = %err, "giving back part of a multi-slot acquisition failed; it expires after its lease");
+                for slot in taken_slots {
+                    if let Err(err) = node.release(attempt.name, &slot.undo, slot.locks).await {
+                        tracing::debug!(key = %attempt.name, error = %err, "giving back part of a multi-slot acquisition failed; it expires after its lease");
                     }
                 }
                 return other;
@@ -598,61 +445,22 @@ async fn acquire_by_slot(
     Ok(Acquired::Held(taken.into_iter().flatten().collect()))
 }
 
-/// The undo of a place taken on one master: give back one level.
-fn place_undo(
-    name: &str,
-    keys: &LockKeys,
-    owner: &Arc<str>,
-    (set, holders): (String, String),
-    queue: Option<String>,
-) -> impl Fn(Node) -> std::pin::Pin<Box<dyn Future<Output = Result<(), LockError>> + Send>>
-+ Send
-+ Sync
-+ Clone
-+ 'static {
-    let (name, channel, owner) = (name.to_owned(), keys.channel.clone(), owner.clone());
-    move |node: Node| {
-        let (name, channel, owner) = (name.clone(), channel.clone(), owner.clone());
-        let (set, holders, queue) = (set.clone(), holders.clone(), queue.clone());
-        Box::pin(async move {
-            node.release_place(
-                &name,
-                (&set, &holders),
-                (&channel, queue.as_deref()),
-                &owner,
-                false,
-            )
-            .await
-            .map(drop)
-        })
-    }
-}
-
-/// Runs `take` on every master and decides as soon as `needed` granted or
-/// can no longer grant (see the module docs). Grants of a failed attempt,
-/// and late ones, are given back with `undo`.
-async fn on_quorum<T, TF, U, UF>(
-    nodes: &[Node],
-    name: &str,
-    keys: &[LockKeys],
-    needed: usize,
-    times: Times,
-    take: T,
-    undo: U,
-) -> Result<Acquired, LockError>
-where
-    T: Fn(Node) -> TF,
-    TF: Future<Output = Result<Acquired, LockError>> + Send + 'static,
-    U: Fn(Node) -> UF + Send + Sync + Clone + 'static,
-    UF: Future<Output = Result<(), LockError>> + Send + 'static,
-{
+/// Sends the attempt's acquire call to every master and decides as soon as
+/// `needed` granted or can no longer grant (see the module docs). Grants of
+/// a failed attempt, and late ones, are given back.
+async fn on_quorum(nodes: &[Node], attempt: &Attempt<'_>) -> Result<Acquired, LockError> {
+    let (name, keys, times) = (attempt.name, attempt.locks, attempt.times);
+    let needed = needed(nodes.len(), attempt.stored().holders_at_once());
+    let call = attempt.calls(keys);
+    let (undo, locks) = (call.undo.clone(), call.locks);
     let started = Instant::now();
     let mut pending: FuturesUnordered<_> = nodes
         .iter()
         .enumerate()
         .map(|(i, node)| {
-            let call = take(node.clone());
-            async move { (i, call.await) }
+            let (node, name, call) = (node.clone(), name.to_owned(), call.clone());
+            let replicas = attempt.replicas;
+            async move { (i, node.acquire(&name, &call, replicas).await) }
         })
         .collect();
     let mut granted: Vec<(usize, Vec<Taken>)> = Vec::new();
@@ -674,7 +482,7 @@ where
         let name = name.to_owned();
         tokio::spawn(async move {
             for node in nodes {
-                if let Err(err) = undo(node).await {
+                if let Err(err) = node.release(&name, &undo, locks).await {
                     tracing::debug!(key = %name, error = %err, "giving back a partial grant failed; it expires after its lease");
                 }
             }
@@ -690,7 +498,7 @@ where
             while let Some((i, outcome)) = pending.next().await {
                 if failed
                     && matches!(outcome, Ok(Acquired::Held(_)))
-                    && let Err(err) = undo(nodes[i].clone()).await
+                    && let Err(err) = nodes[i].release(&name, &undo, locks).await
                 {
                     tracing::debug!(key = %name, error = %err, "giving back a late grant failed; it expires after its lease");
                 }
@@ -750,10 +558,11 @@ where
         .zip(&merged)
         .map(|(keys, taken)| (keys.fence.as_str(), taken.fence))
         .collect();
+    let raise = calls::fence_raise(&counters);
     let raised = futures_util::future::join_all(
         granted
             .iter()
-            .map(|(i, _)| nodes[*i].raise_fences(name, &counters)),
+            .map(|(i, _)| nodes[*i].run::<i64>(Some(name), &raise)),
     )
     .await;
     let raised_on = raised.iter().filter(|r| r.is_ok()).count();

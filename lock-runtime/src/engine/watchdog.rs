@@ -16,11 +16,12 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::backend::{Backend, Renewal};
-use crate::error::LossReason;
-use crate::keys::LockKeys;
-use crate::scripts::{Replicas, Stored};
-use crate::telemetry::{self, Tracked};
+use crate::base::config::Replicas;
+use crate::base::error::LossReason;
+use crate::base::keys::LockKeys;
+use crate::base::telemetry::{self, Tracked};
+use crate::engine::backend::{Backend, Renewal};
+use crate::store::scripts::{Renewing, Stored};
 
 /// How much before its validity deadline a lock is declared lost: timers
 /// fire a little late, and the drift margin is what makes the deadline safe,
@@ -332,20 +333,20 @@ async fn sleep_until(deadline: Option<Instant>) {
 async fn renew(registry: Arc<Registry>, backend: Backend, batch: Vec<Arc<Held>>) {
     let sent = Instant::now();
     let mut earliest_deadline = sent + Duration::from_secs(3600);
-    let locks: Vec<_> = batch
+    let locks: Vec<Renewing<'_>> = batch
         .iter()
         .map(|held| {
             let timing = held.timing();
             earliest_deadline = earliest_deadline.min(timing.valid_until);
-            (
-                held.keys.lock.as_str(),
-                &held.stored,
-                &*held.owner,
-                timing.lease,
-            )
+            Renewing {
+                key: held.keys.lock.as_str(),
+                stored: &held.stored,
+                owner: &held.owner,
+                lease: timing.lease,
+            }
         })
         .collect();
-    let leases: Vec<Duration> = locks.iter().map(|(.., lease)| *lease).collect();
+    let leases: Vec<Duration> = locks.iter().map(|item| item.lease).collect();
     let replicas: Vec<Option<Replicas>> = batch.iter().map(|held| held.replicas).collect();
     // An answer after the earliest deadline comes too late to save that lock;
     // do not wait longer than that (the command timeout caps it too).
@@ -353,7 +354,11 @@ async fn renew(registry: Arc<Registry>, backend: Backend, batch: Vec<Arc<Held>>)
         .saturating_duration_since(sent)
         .max(Duration::from_millis(1));
     let outcome = backend.renew(&locks, timeout, &replicas).await;
-    telemetry::renewal(sent.elapsed(), &batch, outcome.as_ref().err());
+    telemetry::renewal(
+        sent.elapsed(),
+        batch.iter().map(|held| &held.tracked),
+        outcome.as_ref().err(),
+    );
     let retry = |held: &Held| {
         let mut timing = held.timing();
         timing.in_flight = false;
@@ -411,7 +416,7 @@ mod tests {
             drift: Duration::from_millis(12),
             sent,
             replicas: None,
-            tracked: Tracked::new(crate::request::Kind::Exclusive, &tracing::Span::none()),
+            tracked: Tracked::new(crate::base::kind::Kind::Exclusive, &tracing::Span::none()),
         }
     }
 

@@ -2,8 +2,8 @@
 
 use std::sync::RwLock;
 
-use crate::client::LockClient;
-use crate::error::LockError;
+use crate::api::client::LockClient;
+use crate::base::error::LockError;
 
 static DEFAULT: RwLock<Option<LockClient>> = RwLock::new(None);
 

@@ -8,16 +8,20 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
-use crate::backend::{self, Backend, Topology};
-use crate::config::{Config, LockClientBuilder};
-use crate::connection::{self, Conn, Following, Managed, OnSwitch, Sentinels};
-use crate::deployment::Deployment;
-use crate::error::LockError;
-use crate::owner;
-use crate::request::{Kind, LockRequest};
-use crate::scripts::{Node, Quarantine};
-use crate::wakeups::{Subscriber, Wakeups};
-use crate::watchdog::{self, Registry};
+use crate::api::request::LockRequest;
+use crate::base::config::Config;
+use crate::base::error::LockError;
+use crate::base::kind::Kind;
+use crate::base::owner;
+use crate::engine::backend::{self, Backend, Topology};
+use crate::engine::wakeups::{OnDisconnect, Subscriber, Wakeups};
+use crate::engine::watchdog::{self, Registry};
+use crate::store::connection::{self, Conn, Following, Managed, OnSwitch, Sentinels};
+use crate::store::deployment::Deployment;
+#[cfg(feature = "memory")]
+use crate::store::memory::MemoryStore;
+use crate::store::node::Node;
+use crate::store::scripts::Quarantine;
 
 /// A handle to a Redis server for taking locks. Cheap to clone: clones share
 /// one command connection, one pub/sub connection and one watchdog.
@@ -145,17 +149,18 @@ async fn connect_deployment(
     deployment: &Deployment,
     config: &Config,
     wakeups: &Wakeups,
-    registry: &Arc<Registry>,
+    on_disconnect: &OnDisconnect,
 ) -> Result<(Vec<Connected>, Vec<Subscriber>, usize), LockError> {
     let from_redis = |err| LockError::from_redis(None, err);
     match deployment {
         Deployment::Server(url) => {
             let (node, subscriber) =
-                connect_server(url, config, wakeups.push_handler(0, registry.clone())).await?;
+                connect_server(url, config, wakeups.push_handler(0, on_disconnect.clone())).await?;
             Ok((vec![node], vec![subscriber], 1))
         }
+        #[cfg(feature = "memory")]
         Deployment::Memory(store) => {
-            let push = wakeups.push_handler(0, registry.clone());
+            let push = wakeups.push_handler(0, on_disconnect.clone());
             let subscriber = store.server.subscriber(move |message| {
                 // The handler only queues: it cannot fail.
                 let _ = push(message);
@@ -169,7 +174,7 @@ async fn connect_deployment(
         }
         Deployment::Redlock(urls) => {
             let connecting = urls.iter().enumerate().map(|(i, url)| {
-                connect_server(url, config, wakeups.push_handler(i, registry.clone()))
+                connect_server(url, config, wakeups.push_handler(i, on_disconnect.clone()))
             });
             // Every master must be reachable at start: a client that starts
             // with a master missing could not tell a typo from an outage.
@@ -184,7 +189,7 @@ async fn connect_deployment(
                 .build()
                 .map_err(from_redis)?;
             let subscriber = connection::cluster_builder(urls, config, true)?
-                .push_sender(wakeups.push_handler(0, registry.clone()))
+                .push_sender(wakeups.push_handler(0, on_disconnect.clone()))
                 .build()
                 .map_err(from_redis)?;
             let opened = async {
@@ -209,10 +214,10 @@ async fn connect_deployment(
             // When commands move to a new master, the locks held on the old
             // one are checked there at once, and the subscriber follows.
             let on_switch: OnSwitch = {
-                let registry = registry.clone();
+                let check_now = on_disconnect.clone();
                 let resubscribe = wakeups.resubscriber(0);
                 Arc::new(move || {
-                    registry.check_now();
+                    check_now();
                     resubscribe();
                 })
             };
@@ -230,7 +235,7 @@ async fn connect_deployment(
                         .await?;
                 let subscriber = Following::connect(
                     sentinels_,
-                    settings.set_push_sender(wakeups.push_handler(0, registry.clone())),
+                    settings.set_push_sender(wakeups.push_handler(0, on_disconnect.clone())),
                     quiet,
                     true,
                 )
@@ -316,21 +321,8 @@ async fn node(connected: Connected, config: &Config, sharded: bool) -> Result<No
 }
 
 impl LockClient {
-    /// Connects with default settings to a `redis://` or `rediss://` URL
-    /// (user name, password and database number come from the URL:
-    /// `redis://user:secret@host:6379/2`), or to any other [`Deployment`].
-    ///
-    /// Must be called inside a Tokio runtime: the client starts its watchdog
-    /// and subscriber tasks there.
-    pub async fn connect(deployment: impl Into<Deployment>) -> Result<LockClient, LockError> {
-        LockClient::builder(deployment).connect().await
-    }
-
-    /// A builder for settings other than the defaults.
-    pub fn builder(deployment: impl Into<Deployment>) -> LockClientBuilder {
-        LockClientBuilder::new(deployment.into())
-    }
-
+    /// Connects the client `config` describes to `deployment`, and starts
+    /// its watchdog and subscriber (see [`LockClient::connect`]).
     pub(crate) async fn open(
         deployment: Deployment,
         config: Config,
@@ -346,11 +338,15 @@ impl LockClient {
         }
         let shutdown = CancellationToken::new();
         let registry = Arc::new(Registry::default());
+        let on_disconnect: OnDisconnect = {
+            let registry = registry.clone();
+            Arc::new(move || registry.check_now())
+        };
         let (wakeups, pending) = Wakeups::new();
         let sharded = matches!(deployment, Deployment::Cluster(_));
         let connecting = async {
             let (connected, subscribers, needed) =
-                connect_deployment(&deployment, &config, &wakeups, &registry).await?;
+                connect_deployment(&deployment, &config, &wakeups, &on_disconnect).await?;
             let nodes = futures_util::future::try_join_all(
                 connected
                     .into_iter()
@@ -541,5 +537,32 @@ impl LockClient {
     pub(crate) fn new_owner(&self) -> Arc<str> {
         let scope = self.inner.next_scope.fetch_add(1, Ordering::Relaxed);
         format!("{}:{scope}", self.inner.owner_prefix).into()
+    }
+}
+
+#[cfg(feature = "memory")]
+#[cfg_attr(docsrs, doc(cfg(feature = "memory")))]
+impl LockClient {
+    /// A client whose locks live in a new [`MemoryStore`] in this process,
+    /// with default settings: for unit tests of code that takes locks,
+    /// without a Redis server. Locks behave as on Redis (the same scripts
+    /// run), but only within this process: never use it to coordinate
+    /// several processes. For settings, or several clients on one store,
+    /// use [`LockClient::builder`] with a [`MemoryStore`].
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), lock_runtime::LockError> {
+    /// use lock_runtime::LockClient;
+    ///
+    /// let locks = LockClient::in_memory().await?;
+    /// let guard = locks.lock("order:42").acquire().await?;
+    /// assert!(guard.fence() > 0);
+    /// guard.release().await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn in_memory() -> Result<LockClient, LockError> {
+        LockClient::connect(MemoryStore::new()).await
     }
 }

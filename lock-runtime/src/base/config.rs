@@ -1,0 +1,143 @@
+//! Client-wide settings as plain data, with the checks they must pass
+//! (`LockClientBuilder` sets them).
+
+use std::time::Duration;
+
+use crate::base::error::LockError;
+
+/// The shortest lease the library accepts. Renewal runs every lease/3, and a
+/// renewal must make a round trip and be confirmed well within that time.
+pub const MIN_LEASE: Duration = Duration::from_millis(100);
+
+/// Replicas that must have a write before it counts (`WAIT`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Replicas {
+    pub(crate) count: u32,
+    pub(crate) timeout: Duration,
+}
+
+/// Settings shared by every lock taken through one [`LockClient`](crate::LockClient).
+#[derive(Debug, Clone)]
+pub(crate) struct Config {
+    pub(crate) prefix: String,
+    /// The client's readable name in owner ids (None: the program's name).
+    pub(crate) name: Option<String>,
+    pub(crate) default_lease: Duration,
+    pub(crate) default_wait: Duration,
+    pub(crate) drift: Option<Duration>,
+    pub(crate) connect_timeout: Duration,
+    pub(crate) command_timeout: Duration,
+    /// PEM root certificates trusted for `rediss://` instead of the system's.
+    pub(crate) tls_roots: Option<Vec<u8>>,
+    pub(crate) restart_quarantine: Duration,
+    pub(crate) strict_restart_quarantine: bool,
+    /// Replicas that must confirm each acquisition and renewal (0: none).
+    pub(crate) min_replicas: u32,
+    pub(crate) replica_timeout: Duration,
+    /// Connect to servers that may evict keys (see `allow_eviction`).
+    pub(crate) allow_eviction: bool,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            prefix: "lock:".to_owned(),
+            name: None,
+            default_lease: Duration::from_secs(30),
+            default_wait: Duration::from_secs(10),
+            drift: None,
+            connect_timeout: Duration::from_secs(5),
+            command_timeout: Duration::from_secs(3),
+            tls_roots: None,
+            restart_quarantine: Duration::from_secs(30),
+            strict_restart_quarantine: false,
+            min_replicas: 0,
+            replica_timeout: Duration::from_millis(500),
+            allow_eviction: false,
+        }
+    }
+}
+
+impl Config {
+    /// The safety margin subtracted from a lease when computing how long a
+    /// lock is surely still ours: the fixed margin if one was set, otherwise
+    /// 1 % of the lease plus 2 ms (the clock-drift allowance of the Redlock paper).
+    pub(crate) fn drift_for(&self, lease: Duration) -> Duration {
+        self.drift
+            .unwrap_or_else(|| lease / 100 + Duration::from_millis(2))
+    }
+
+    /// The replication a lock asks for: `count` replicas (the client's
+    /// `min_replicas` unless the request names its own).
+    pub(crate) fn replicas(&self, count: Option<u32>) -> Option<Replicas> {
+        let count = count.unwrap_or(self.min_replicas);
+        (count > 0).then_some(Replicas {
+            count,
+            timeout: self.replica_timeout,
+        })
+    }
+
+    /// Rejects settings no client can work with.
+    pub(crate) fn check(&self) -> Result<(), LockError> {
+        if self.prefix.contains(['{', '}']) {
+            return Err(LockError::Config(format!(
+                "prefix `{}` may not contain `{{` or `}}`",
+                self.prefix
+            )));
+        }
+        if self.connect_timeout.is_zero() || self.command_timeout.is_zero() {
+            return Err(LockError::Config(
+                "timeouts must be longer than zero".into(),
+            ));
+        }
+        if self.min_replicas > 0 && self.replica_timeout.is_zero() {
+            return Err(LockError::Config(
+                "replica_timeout must be longer than zero".into(),
+            ));
+        }
+        self.check_lease("(default)", self.default_lease)
+    }
+
+    /// Rejects a lease that cannot be renewed safely.
+    pub(crate) fn check_lease(&self, key: &str, lease: Duration) -> Result<(), LockError> {
+        if lease < MIN_LEASE {
+            return Err(LockError::Config(format!(
+                "lease {lease:?} for lock `{key}` is shorter than the minimum {MIN_LEASE:?}"
+            )));
+        }
+        if self.drift_for(lease) >= lease / 3 {
+            return Err(LockError::Config(format!(
+                "drift margin {:?} leaves no safe window in the {lease:?} lease of lock `{key}`",
+                self.drift_for(lease)
+            )));
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn default_drift_is_one_percent_plus_two_ms() {
+        let config = Config::default();
+        assert_eq!(
+            config.drift_for(Duration::from_secs(30)),
+            Duration::from_millis(302)
+        );
+    }
+
+    #[test]
+    fn short_leases_are_rejected() {
+        let config = Config::default();
+        assert!(config.check_lease("k", Duration::from_millis(99)).is_err());
+        assert!(config.check_lease("k", MIN_LEASE).is_ok());
+        let wide = Config {
+            drift: Some(Duration::from_secs(1)),
+            ..Config::default()
+        };
+        assert!(wide.check_lease("k", Duration::from_secs(2)).is_err());
+        assert!(wide.check_lease("k", Duration::from_secs(4)).is_ok());
+    }
+}

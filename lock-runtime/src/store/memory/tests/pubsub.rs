@@ -1,0 +1,101 @@
+//! Pub/sub: releases announced on the lock's channel, PUBLISH and
+//! SPUBLISH, and subscribers that send commands from their callback.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use redis::{PushInfo, PushKind, Value};
+
+use super::{Inbox, acquire, bulk, int, keys, release};
+use crate::store::memory::MemoryServer;
+
+#[tokio::test]
+async fn release_publishes_to_the_lock_channel() {
+    let server = MemoryServer::new();
+    let lock = keys("announced");
+    let lease = Duration::from_millis(30_000);
+    let inbox = Inbox::default();
+    let subscriber = server.subscriber(inbox.sink());
+    subscriber.subscribe(&[&lock.channel]).unwrap();
+
+    acquire(&server, &lock, "a:1", lease).await;
+    acquire(&server, &lock, "a:1", lease).await;
+    release(&server, &lock, "a:1", false).await;
+    assert!(inbox.messages().is_empty(), "still held once");
+    release(&server, &lock, "a:1", false).await;
+    assert_eq!(
+        inbox.messages(),
+        [(
+            PushKind::Message,
+            lock.channel.clone(),
+            "released".to_owned()
+        )]
+    );
+    assert_eq!(
+        server.command(&["PUBSUB", "NUMSUB", &lock.channel]),
+        Value::Array(vec![bulk(&lock.channel), Value::Int(1)])
+    );
+
+    subscriber.unsubscribe(&lock.channel).unwrap();
+    acquire(&server, &lock, "a:1", lease).await;
+    release(&server, &lock, "a:1", false).await;
+    assert_eq!(inbox.messages().len(), 1, "unsubscribed");
+}
+
+#[tokio::test]
+async fn publish_counts_receivers_and_spublish_reaches_shard_subscribers() {
+    let server = MemoryServer::new();
+    let (plain, sharded) = (Inbox::default(), Inbox::default());
+    let one = server.subscriber(plain.sink());
+    let two = server.subscriber(sharded.sink());
+    one.subscribe(&["ch", "ch"]).unwrap();
+    two.subscribe(&["ch"]).unwrap();
+    two.ssubscribe(&["ch"]).unwrap();
+    assert_eq!(int(&server.command(&["PUBLISH", "ch", "hello"])), 2);
+    assert_eq!(int(&server.command(&["SPUBLISH", "ch", "shard"])), 1);
+    assert_eq!(int(&server.command(&["PUBLISH", "nobody", "x"])), 0);
+    assert_eq!(
+        plain.messages(),
+        [(PushKind::Message, "ch".to_owned(), "hello".to_owned())]
+    );
+    assert_eq!(
+        sharded.messages(),
+        [
+            (PushKind::Message, "ch".to_owned(), "hello".to_owned()),
+            (PushKind::SMessage, "ch".to_owned(), "shard".to_owned()),
+        ]
+    );
+    drop(one);
+    assert_eq!(int(&server.command(&["PUBLISH", "ch", "again"])), 1);
+    // From a script, too, and delivered once the script is done.
+    let from_script = server.command(&[
+        "EVAL",
+        "return redis.call('PUBLISH', KEYS[1], 'x')",
+        "1",
+        "ch",
+    ]);
+    assert_eq!(int(&from_script), 1);
+    assert_eq!(sharded.messages().len(), 4);
+}
+
+#[tokio::test]
+async fn a_subscriber_may_send_commands_from_its_callback() {
+    let server = MemoryServer::new();
+    let seen = Arc::new(AtomicUsize::new(0));
+    let echo = {
+        let server = server.clone();
+        let seen = seen.clone();
+        move |push: PushInfo| {
+            seen.fetch_add(1, Ordering::SeqCst);
+            if push.data.get(1) == Some(&bulk("ping")) {
+                // Publishing from the callback neither deadlocks nor loses the message.
+                server.command(&["PUBLISH", "ch", "pong"]);
+            }
+        }
+    };
+    let subscriber = server.subscriber(echo);
+    subscriber.subscribe(&["ch"]).unwrap();
+    server.command(&["PUBLISH", "ch", "ping"]);
+    assert_eq!(seen.load(Ordering::SeqCst), 2);
+}

@@ -1,0 +1,354 @@
+//! One lock store and the calls run on it, each within a timeout, sent
+//! again only when that is safe, and followed by `WAIT` where replicas
+//! must confirm it.
+
+use std::time::Duration;
+
+use redis::{ErrorKind, FromRedisValue, ServerErrorKind};
+
+use crate::base::config::Replicas;
+use crate::base::error::LockError;
+use crate::store::connection::Conn;
+use crate::store::scripts::{
+    Acquire, Acquired, Call, Quarantine, Released, acquired, released, unexpected,
+};
+
+/// One lock store: a server, a Sentinel-followed master, or a whole Cluster
+/// (whose connection routes each call to the slot of its keys), with the
+/// timeout every call gets.
+#[derive(Clone)]
+pub(crate) struct Node {
+    conn: Conn,
+    /// A second connection for calls followed by `WAIT`, which blocks the
+    /// connection it runs on until the replicas answer: on the main one it
+    /// would hold up every renewal behind it.
+    replicated: Conn,
+    timeout: Duration,
+    quarantine: Quarantine,
+    /// Release messages go out with SPUBLISH (a Cluster).
+    sharded: bool,
+}
+
+impl Node {
+    pub(crate) fn new(
+        (conn, replicated): (Conn, Conn),
+        timeout: Duration,
+        quarantine: Quarantine,
+        sharded: bool,
+    ) -> Self {
+        Node {
+            conn,
+            replicated,
+            timeout,
+            quarantine,
+            sharded,
+        }
+    }
+
+    /// The command connection and the timeout each call gets: for the
+    /// operator commands of `admin.rs` that are not scripts (SCAN).
+    pub(crate) fn parts(&self) -> (&Conn, Duration) {
+        (&self.conn, self.timeout)
+    }
+
+    /// Runs an acquisition's acquire script. With `replicas`, a grant
+    /// counts only once that many replicas have it; otherwise it is given
+    /// back and the caller gets [`LockError::NotReplicated`].
+    pub(crate) async fn acquire(
+        &self,
+        name: &str,
+        call: &Acquire,
+        replicas: Option<Replicas>,
+    ) -> Result<Acquired, LockError> {
+        let (take, locks) = (&call.take, call.locks);
+        let Some(replicas) = replicas else {
+            let reply: Vec<i64> = self.run(Some(name), take).await?;
+            return acquired(name, locks, &reply);
+        };
+        let (reply, acked): (Vec<i64>, u32) =
+            self.run_replicated(Some(name), take, replicas).await?;
+        let outcome = acquired(name, locks, &reply)?;
+        if let Acquired::Held(_) = outcome
+            && let Err(err) = replicated(Some(name), replicas, acked)
+        {
+            if let Err(undo_err) = self.release(name, &call.undo, locks).await {
+                tracing::debug!(key = %name, error = %undo_err, "giving back an unreplicated lock failed; it expires after its lease");
+            }
+            return Err(err);
+        }
+        Ok(outcome)
+    }
+
+    /// Runs a release call for `locks` locks: one outcome per lock.
+    pub(crate) async fn release(
+        &self,
+        name: &str,
+        call: &Call,
+        locks: usize,
+    ) -> Result<Vec<Released>, LockError> {
+        let left: Vec<i64> = self.run(Some(name), call).await?;
+        if left.len() != locks {
+            return Err(unexpected(name, call.script_name(), &left));
+        }
+        Ok(left.into_iter().map(released).collect())
+    }
+
+    /// Runs a renewal call within `timeout` (at most the usual one): `true`
+    /// for each item still held. With `replicas`, the renewal counts only
+    /// once that many replicas have it (an error otherwise).
+    pub(crate) async fn renew(
+        &self,
+        call: &Call,
+        timeout: Duration,
+        replicas: Option<Replicas>,
+    ) -> Result<Vec<bool>, LockError> {
+        let renewed: Vec<i64> = match replicas {
+            Some(replicas) => {
+                let (renewed, acked) = self.run_replicated(None, call, replicas).await?;
+                replicated(None, replicas, acked)?;
+                renewed
+            }
+            None => {
+                self.run_on(&self.conn, None, call, timeout.min(self.timeout))
+                    .await?
+            }
+        };
+        Ok(renewed.into_iter().map(|r| r == 1).collect())
+    }
+
+    /// Runs `call` on the command connection, with the usual timeout;
+    /// `name` names the lock in errors.
+    pub(crate) async fn run<T: FromRedisValue>(
+        &self,
+        name: Option<&str>,
+        call: &Call,
+    ) -> Result<T, LockError> {
+        self.run_on(&self.conn, name, call, self.timeout).await
+    }
+
+    /// `INFO section` of every server behind this node.
+    pub(crate) async fn info(&self, section: &str) -> Result<Vec<String>, LockError> {
+        let mut conn = self.conn.clone();
+        match tokio::time::timeout(self.timeout, conn.info(section)).await {
+            Ok(result) => result.map_err(|err| LockError::from_redis(None, err)),
+            Err(_) => Err(LockError::CommandTimeout {
+                key: None,
+                after: self.timeout,
+            }),
+        }
+    }
+
+    async fn run_on<T: FromRedisValue>(
+        &self,
+        conn: &Conn,
+        name: Option<&str>,
+        call: &Call,
+        timeout: Duration,
+    ) -> Result<T, LockError> {
+        let invocation = call.invocation(self.sharded, &self.quarantine);
+        let invoke = || {
+            let mut conn = conn.clone();
+            let invocation = &invocation;
+            async move { invocation.invoke_async(&mut conn).await }
+        };
+        noted(
+            conn,
+            within(
+                timeout,
+                name,
+                retried(conn.is_cluster(), call.is_idempotent(), invoke),
+            )
+            .await,
+        )
+    }
+
+    /// Runs a script followed by `WAIT` in one pipeline, on the connection
+    /// kept for replicated writes: the script's reply and how many
+    /// replicas have its writes.
+    ///
+    /// One pipeline, so that both go out on one connection. `WAIT` counts
+    /// the replicas that have the writes of the connection it runs on: sent
+    /// after the script on a connection that had been replaced in between,
+    /// it would confirm a grant that no replica has. (It also blocks the
+    /// connection it runs on until the replicas answer, which is why it
+    /// does not run on the main connection, where it would hold up every
+    /// renewal behind it.)
+    async fn run_replicated<T: FromRedisValue>(
+        &self,
+        name: Option<&str>,
+        call: &Call,
+        replicas: Replicas,
+    ) -> Result<(T, u32), LockError> {
+        let invocation = call.invocation(self.sharded, &self.quarantine);
+        let mut pipe = redis::pipe();
+        pipe.invoke_script(&invocation)
+            .cmd("WAIT")
+            .arg(replicas.count)
+            .arg(replicas.timeout.as_millis() as u64);
+        let conn = &self.replicated;
+        let (pipe, invocation) = (&pipe, &invocation);
+        let query = || {
+            let mut conn = conn.clone();
+            async move {
+                match pipe.query_async(&mut conn).await {
+                    // A restarted server has forgotten the script: load it,
+                    // and run the pipeline again (the script did not run).
+                    Err(err) if err.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
+                        invocation.load_async(&mut conn).await?;
+                        pipe.query_async(&mut conn).await
+                    }
+                    other => other,
+                }
+            }
+        };
+        noted(
+            conn,
+            within(
+                self.timeout + replicas.timeout,
+                name,
+                retried(conn.is_cluster(), call.is_idempotent(), query),
+            )
+            .await,
+        )
+    }
+}
+
+/// How often a Cluster call refused without running is sent again.
+const CLUSTER_RETRIES: u32 = 3;
+
+/// Runs `call`, and on a Cluster sends it again (after a pause that
+/// doubles from 20 ms) when the answer proves it did not run: a redirect
+/// (MOVED, ASK), a slot or master down or loading, a read-only replica, a
+/// refused connection; and, for an `idempotent` call, after any I/O error.
+/// redis-rs's own retries are off for the command connection (see
+/// `connection::cluster_builder`), because they also resend after an I/O
+/// error or a response timeout, when the script may have run already: an
+/// acquisition would then count a re-entry twice, a release count down
+/// twice and free a lock an outer scope still holds. Those failures go to
+/// the caller, as on a single server.
+async fn retried<T, F, Fut>(cluster: bool, idempotent: bool, mut call: F) -> redis::RedisResult<T>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = redis::RedisResult<T>>,
+{
+    let mut pause = Duration::from_millis(20);
+    let mut left = if cluster { CLUSTER_RETRIES } else { 0 };
+    loop {
+        match call().await {
+            Err(err) if left > 0 && (did_not_run(&err) || idempotent && err.is_io_error()) => {
+                left -= 1;
+                tokio::time::sleep(pause).await;
+                pause *= 2;
+            }
+            other => return other,
+        }
+    }
+}
+
+/// Whether an error proves that the command was not carried out: refused
+/// by the server without running (a redirect, a slot or master down or
+/// loading, a read-only replica), or never delivered (a refused
+/// connection). A connection lost after sending proves nothing: redis-rs
+/// reports it as a broken pipe, as it does for one lost before.
+fn did_not_run(err: &redis::RedisError) -> bool {
+    use ServerErrorKind::*;
+    matches!(
+        err.kind(),
+        ErrorKind::Server(
+            Moved | Ask | TryAgain | ClusterDown | MasterDown | BusyLoading | ReadOnly
+        ) | ErrorKind::ClusterConnectionNotFound
+    ) || err.is_connection_refusal()
+}
+
+/// Whether `acked` replicas are enough for `replicas`.
+fn replicated(name: Option<&str>, replicas: Replicas, acked: u32) -> Result<(), LockError> {
+    if acked >= replicas.count {
+        Ok(())
+    } else {
+        Err(LockError::NotReplicated {
+            key: name.map(str::to_owned),
+            wanted: replicas.count,
+            acked,
+            after: replicas.timeout,
+        })
+    }
+}
+
+/// Tells `conn` whether a call on it was answered (an error reply is an
+/// answer too), so that it can replace itself after repeated timeouts.
+fn noted<T>(conn: &Conn, result: Result<T, LockError>) -> Result<T, LockError> {
+    match &result {
+        Err(LockError::CommandTimeout { .. }) => conn.timed_out(),
+        Ok(_) | Err(LockError::Redis { .. } | LockError::WrongType { .. }) => conn.answered(),
+        Err(_) => {}
+    }
+    result
+}
+
+/// Bounds a Redis call by `timeout` and sorts its error; `name` names the
+/// lock in the error.
+pub(crate) async fn within<T>(
+    timeout: Duration,
+    name: Option<&str>,
+    call: impl Future<Output = redis::RedisResult<T>>,
+) -> Result<T, LockError> {
+    let timed_out = || LockError::CommandTimeout {
+        key: name.map(str::to_owned),
+        after: timeout,
+    };
+    match tokio::time::timeout(timeout, call).await {
+        // The connection's own response timeout may fire first.
+        Ok(Err(err)) if err.is_timeout() => Err(timed_out()),
+        Ok(result) => result.map_err(|err| LockError::from_redis(name, err)),
+        Err(_) => Err(timed_out()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicU32, Ordering};
+
+    /// How many times `retried` sends a call that fails with `err` every
+    /// time.
+    async fn sends(cluster: bool, idempotent: bool, err: fn() -> redis::RedisError) -> u32 {
+        let sent = AtomicU32::new(0);
+        let outcome: redis::RedisResult<()> = retried(cluster, idempotent, || {
+            sent.fetch_add(1, Ordering::SeqCst);
+            async move { Err(err()) }
+        })
+        .await;
+        assert!(outcome.is_err());
+        sent.load(Ordering::SeqCst)
+    }
+
+    fn moved() -> redis::RedisError {
+        redis::RedisError::from((
+            ErrorKind::Server(ServerErrorKind::Moved),
+            "moved",
+            "3999 127.0.0.1:6381".to_owned(),
+        ))
+    }
+
+    /// What redis-rs reports for a connection lost with a request on it,
+    /// whether or not the request reached the server.
+    fn connection_lost() -> redis::RedisError {
+        std::io::Error::from(std::io::ErrorKind::BrokenPipe).into()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_cluster_call_is_sent_again_only_when_it_surely_did_not_run() {
+        // Refused without running: sent again.
+        assert_eq!(sends(true, false, moved).await, 1 + CLUSTER_RETRIES);
+        // Lost on the way back: an acquisition or a release of one level
+        // may have run, and must not run twice.
+        assert_eq!(sends(true, false, connection_lost).await, 1);
+        // Safe to run twice (a renewal, a release of every level).
+        assert_eq!(
+            sends(true, true, connection_lost).await,
+            1 + CLUSTER_RETRIES
+        );
+        // One server: the connection manager reconnects; the callers retry.
+        assert_eq!(sends(false, true, moved).await, 1);
+    }
+}

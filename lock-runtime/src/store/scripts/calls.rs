@@ -1,0 +1,251 @@
+//! One function per script, which builds its call: the only place that
+//! knows each script's KEYS and ARGV layout (besides the script's header).
+
+use std::time::Duration;
+
+use super::{
+    ACQUIRE, Call, FAIR_ACQUIRE, FAIR_LEAVE, FENCE_RAISE, FORCE_RELEASE, INSPECT, PERMIT_ACQUIRE,
+    PLACE_RELEASE, READ_ACQUIRE, RELEASE, RENEW, Renewing, Stored, TURN_LEAVE,
+};
+use crate::base::keys::LockKeys;
+
+/// Milliseconds for PEXPIRE, never zero (PEXPIRE 0 would delete the key).
+fn millis(duration: Duration) -> String {
+    (duration.as_millis() as u64).max(1).to_string()
+}
+
+fn flag(on: bool) -> String {
+    if on { "1" } else { "0" }.to_owned()
+}
+
+/// Each lock's keys of one role after another: the layout of the scripts
+/// that take several locks at once (`KEYS[1..n]`, then `KEYS[n+1..2n]`, ...).
+fn by_role(locks: &[LockKeys], roles: &[fn(&LockKeys) -> String]) -> Vec<String> {
+    roles
+        .iter()
+        .flat_map(|role| locks.iter().map(role))
+        .collect()
+}
+
+/// `acquire.lua`: takes every lock in `locks` or none; a caller that has
+/// to wait for readers holds new readers back with a mark that lasts
+/// `mark` unless it tries again.
+pub(crate) fn acquire(locks: &[LockKeys], owner: &str, lease: Duration, mark: Duration) -> Call {
+    let keys = by_role(
+        locks,
+        &[
+            |l| l.lock.clone(),
+            |l| l.fence.clone(),
+            LockKeys::readers,
+            LockKeys::writer_waiting,
+            LockKeys::readers_waiting,
+        ],
+    );
+    let args = vec![
+        owner.to_owned(),
+        millis(lease),
+        mark.as_millis().to_string(),
+    ];
+    Call::new(&ACQUIRE, keys, args).quarantined()
+}
+
+/// `permit_acquire.lua`: takes (or re-enters) one of `permits` permits of
+/// a semaphore.
+pub(crate) fn permit_acquire(lock: &LockKeys, owner: &str, lease: Duration, permits: u32) -> Call {
+    let keys = vec![lock.lock.clone(), lock.holders(), lock.fence.clone()];
+    let args = vec![owner.to_owned(), millis(lease), permits.to_string()];
+    Call::new(&PERMIT_ACQUIRE, keys, args).quarantined()
+}
+
+/// `read_acquire.lua`: takes or re-enters the read side of a read-write
+/// lock; a caller that has to wait claims the next turn for readers with a
+/// mark that lasts `mark` unless it tries again.
+pub(crate) fn read_acquire(lock: &LockKeys, owner: &str, lease: Duration, mark: Duration) -> Call {
+    let keys = vec![
+        lock.lock.clone(),
+        lock.readers(),
+        lock.readers_holders(),
+        lock.fence.clone(),
+        lock.writer_waiting(),
+        lock.readers_waiting(),
+    ];
+    let args = vec![
+        owner.to_owned(),
+        millis(lease),
+        mark.as_millis().to_string(),
+    ];
+    Call::new(&READ_ACQUIRE, keys, args).quarantined()
+}
+
+/// `fair_acquire.lua`: takes or re-enters a lock in arrival order; when it
+/// is not the caller's turn and `enqueue` is set, the caller waits in line,
+/// where it stays for `stay` unless it tries again.
+pub(crate) fn fair_acquire(
+    lock: &LockKeys,
+    owner: &str,
+    lease: Duration,
+    stay: Duration,
+    enqueue: bool,
+) -> Call {
+    let keys = vec![
+        lock.lock.clone(),
+        lock.fence.clone(),
+        lock.queue(),
+        lock.queue_alive(),
+        lock.readers(),
+    ];
+    let args = vec![owner.to_owned(), millis(lease), millis(stay), flag(enqueue)];
+    Call::new(&FAIR_ACQUIRE, keys, args).quarantined()
+}
+
+/// Gives back what `owner` holds of `locks`, stored as `stored`: one
+/// re-entry level, or every level when `all`. Lock hashes go through
+/// `release.lua` (several at once), a place (a permit, a read lock) through
+/// `place_release.lua`, which announces it and names the first fair waiter
+/// in line, if any.
+///
+/// Every level at once is safe to run twice (the second run finds nothing
+/// held); one level down of several is not.
+pub(crate) fn release(locks: &[LockKeys], stored: &Stored, owner: &str, all: bool) -> Call {
+    let args = vec![owner.to_owned(), flag(all)];
+    let call = match stored {
+        Stored::Hash => {
+            let keys = by_role(
+                locks,
+                &[
+                    |l| l.lock.clone(),
+                    |l| l.channel.clone(),
+                    LockKeys::queue,
+                    LockKeys::queue_alive,
+                ],
+            );
+            Call::new(&RELEASE, keys, args)
+        }
+        Stored::Place {
+            set,
+            holders,
+            queue,
+            ..
+        } => {
+            let lock = &locks[0];
+            let mut keys = vec![set.clone(), holders.clone(), lock.channel.clone()];
+            if queue.is_some() {
+                // A read lock: name the first fair waiter in line.
+                keys.extend([lock.queue(), lock.queue_alive()]);
+            }
+            Call::new(&PLACE_RELEASE, keys, args)
+        }
+    };
+    call.idempotent(all)
+}
+
+/// `renew.lua`: renews `items` in one call, each for its own lease.
+pub(crate) fn renew(items: &[Renewing<'_>]) -> Call {
+    let mut keys = Vec::with_capacity(2 * items.len());
+    let mut args = Vec::with_capacity(3 * items.len());
+    for item in items {
+        let kind = match item.stored {
+            Stored::Hash => {
+                keys.extend([item.key.to_owned(), item.key.to_owned()]);
+                "x"
+            }
+            Stored::Place { set, holders, .. } => {
+                keys.extend([set.clone(), holders.clone()]);
+                "z"
+            }
+        };
+        args.extend([kind.to_owned(), item.owner.to_owned(), millis(item.lease)]);
+    }
+    Call::new(&RENEW, keys, args).idempotent(true)
+}
+
+/// `fence_raise.lua`: raises fencing counters to at least the given tokens.
+pub(crate) fn fence_raise(counters: &[(&str, u64)]) -> Call {
+    let keys = counters.iter().map(|(key, _)| (*key).to_owned()).collect();
+    let args = counters
+        .iter()
+        .map(|(_, token)| token.to_string())
+        .collect();
+    Call::new(&FENCE_RAISE, keys, args).idempotent(true)
+}
+
+/// `fair_leave.lua`: takes a fair waiter out of line.
+pub(crate) fn fair_leave(lock: &LockKeys, owner: &str) -> Call {
+    let keys = vec![
+        lock.queue(),
+        lock.queue_alive(),
+        lock.lock.clone(),
+        lock.channel.clone(),
+    ];
+    Call::new(&FAIR_LEAVE, keys, vec![owner.to_owned()]).idempotent(true)
+}
+
+/// `turn_leave.lua`: takes back the marks a writer or reader that stops
+/// waiting set to hold the other side back, and wakes the waiters they held
+/// back.
+pub(crate) fn turn_leave(locks: &[LockKeys], owner: &str) -> Call {
+    let keys = by_role(
+        locks,
+        &[LockKeys::writer_waiting, LockKeys::readers_waiting, |l| {
+            l.channel.clone()
+        }],
+    );
+    Call::new(&TURN_LEAVE, keys, vec![owner.to_owned()]).idempotent(true)
+}
+
+/// Every key of one lock, for the operator scripts that look at all of them.
+fn every_key(lock: &LockKeys) -> Vec<String> {
+    vec![
+        lock.lock.clone(),
+        lock.holders(),
+        lock.readers(),
+        lock.readers_holders(),
+        lock.queue(),
+        lock.queue_alive(),
+        lock.channel.clone(),
+    ]
+}
+
+/// `inspect.lua`: what one store holds of a lock (holders, waiters, subscribers).
+pub(crate) fn inspect(lock: &LockKeys) -> Call {
+    Call::new(&INSPECT, every_key(lock), Vec::new()).idempotent(true)
+}
+
+/// `force_release.lua`: deletes a lock whoever holds it, and wakes its waiters.
+pub(crate) fn force_release(lock: &LockKeys) -> Call {
+    Call::new(&FORCE_RELEASE, every_key(lock), Vec::new()).idempotent(true)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn several_locks_are_laid_out_role_by_role() {
+        let locks = [LockKeys::new("lock:", "a"), LockKeys::new("lock:", "b")];
+        let call = release(&locks, &Stored::Hash, "me", true);
+        assert_eq!(
+            call.keys(),
+            [
+                "lock:{a}",
+                "lock:{b}",
+                "lock:{a}:released",
+                "lock:{b}:released",
+                "lock:{a}:queue",
+                "lock:{b}:queue",
+                "lock:{a}:queue:alive",
+                "lock:{b}:queue:alive",
+            ]
+        );
+        assert_eq!(call.args(), ["me", "1"]);
+        assert!(call.is_idempotent());
+        assert!(!release(&locks, &Stored::Hash, "me", false).is_idempotent());
+    }
+
+    #[test]
+    fn a_lease_is_never_zero_milliseconds() {
+        let lock = LockKeys::new("lock:", "a");
+        let call = permit_acquire(&lock, "me", Duration::from_micros(10), 3);
+        assert_eq!(call.args(), ["me", "1", "3"]);
+    }
+}

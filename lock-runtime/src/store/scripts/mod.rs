@@ -1,0 +1,253 @@
+//! The Lua scripts, and calls to them as values.
+//!
+//! Each script is hashed once per process ([`redis::Script`] in a static)
+//! and run with EVALSHA; after a server restart empties the script cache,
+//! the NOSCRIPT reply makes redis-rs load it and retry.
+//!
+//! A [`Call`] is one script with its keys and arguments: built by one
+//! function per script in [`calls`], cloned freely (a Redlock acquisition
+//! sends the same call to every master), and run on any
+//! [`Node`](crate::store::node::Node). The scripts' KEYS and ARGV layouts
+//! are written down once, there and in each script's header.
+
+pub(crate) mod calls;
+mod replies;
+
+use std::sync::{Arc, LazyLock};
+use std::time::Duration;
+
+use redis::{Script, ScriptInvocation};
+
+use crate::base::keys::LockKeys;
+use crate::base::kind::Kind;
+
+pub(crate) use replies::{Acquired, Released, Taken, acquired, released, unexpected};
+
+/// One script in its two forms: release messages sent with PUBLISH, or with
+/// SPUBLISH (sharded pub/sub, for a Cluster).
+pub(crate) struct ScriptPair {
+    /// The script's file name, for messages.
+    pub(crate) name: &'static str,
+    plain: Script,
+    sharded: Script,
+}
+
+impl ScriptPair {
+    pub(crate) fn get(&self, sharded: bool) -> &Script {
+        if sharded { &self.sharded } else { &self.plain }
+    }
+}
+
+impl std::fmt::Debug for ScriptPair {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name)
+    }
+}
+
+/// A script with the shared helpers of `prelude.lua` in front of it.
+macro_rules! script {
+    ($file:literal) => {
+        LazyLock::new(|| ScriptPair {
+            name: $file,
+            plain: Script::new(concat!(
+                "local PUBLISH = 'PUBLISH'\n",
+                include_str!("prelude.lua"),
+                include_str!($file)
+            )),
+            sharded: Script::new(concat!(
+                "local PUBLISH = 'SPUBLISH'\n",
+                include_str!("prelude.lua"),
+                include_str!($file)
+            )),
+        })
+    };
+}
+
+static ACQUIRE: LazyLock<ScriptPair> = script!("acquire.lua");
+static RELEASE: LazyLock<ScriptPair> = script!("release.lua");
+static RENEW: LazyLock<ScriptPair> = script!("renew.lua");
+static PERMIT_ACQUIRE: LazyLock<ScriptPair> = script!("permit_acquire.lua");
+static READ_ACQUIRE: LazyLock<ScriptPair> = script!("read_acquire.lua");
+static PLACE_RELEASE: LazyLock<ScriptPair> = script!("place_release.lua");
+static FAIR_ACQUIRE: LazyLock<ScriptPair> = script!("fair_acquire.lua");
+static FAIR_LEAVE: LazyLock<ScriptPair> = script!("fair_leave.lua");
+static FENCE_RAISE: LazyLock<ScriptPair> = script!("fence_raise.lua");
+static TURN_LEAVE: LazyLock<ScriptPair> = script!("turn_leave.lua");
+static INSPECT: LazyLock<ScriptPair> = script!("inspect.lua");
+static FORCE_RELEASE: LazyLock<ScriptPair> = script!("force_release.lua");
+
+/// One call of one lock script: the script, its keys and arguments, and
+/// what running it twice would do. Cheap to clone; runs on any node (see
+/// `Node::run`), which adds what depends on the node: PUBLISH or SPUBLISH,
+/// and the restart quarantine's arguments of the acquire scripts.
+#[derive(Debug, Clone)]
+pub(crate) struct Call {
+    script: &'static ScriptPair,
+    keys: Arc<[String]>,
+    args: Arc<[String]>,
+    /// An acquire script: the node appends its restart quarantine
+    /// arguments (see `next_fence` in prelude.lua).
+    quarantined: bool,
+    /// Running it twice for one request does what running it once does, so
+    /// that it may be sent again after a failure that leaves open whether
+    /// it ran (see `node::retried`).
+    idempotent: bool,
+}
+
+impl Call {
+    fn new(script: &'static LazyLock<ScriptPair>, keys: Vec<String>, args: Vec<String>) -> Call {
+        Call {
+            script,
+            keys: keys.into(),
+            args: args.into(),
+            quarantined: false,
+            idempotent: false,
+        }
+    }
+
+    fn quarantined(mut self) -> Call {
+        self.quarantined = true;
+        self
+    }
+
+    fn idempotent(mut self, idempotent: bool) -> Call {
+        self.idempotent = idempotent;
+        self
+    }
+
+    /// Whether running it twice does what running it once does.
+    pub(crate) fn is_idempotent(&self) -> bool {
+        self.idempotent
+    }
+
+    /// The script's file name, for messages.
+    pub(crate) fn script_name(&self) -> &'static str {
+        self.script.name
+    }
+
+    /// The keys, in KEYS order.
+    #[cfg(test)]
+    pub(crate) fn keys(&self) -> &[String] {
+        &self.keys
+    }
+
+    /// The arguments, in ARGV order (without the quarantine's).
+    #[cfg(test)]
+    pub(crate) fn args(&self) -> &[String] {
+        &self.args
+    }
+
+    /// The invocation to send: with SPUBLISH when `sharded`, and the
+    /// restart quarantine's arguments last for an acquire script.
+    pub(crate) fn invocation(
+        &self,
+        sharded: bool,
+        quarantine: &Quarantine,
+    ) -> ScriptInvocation<'static> {
+        let mut call = self.script.get(sharded).prepare_invoke();
+        for key in self.keys.iter() {
+            call.key(key);
+        }
+        for arg in self.args.iter() {
+            call.arg(arg);
+        }
+        if self.quarantined {
+            call.arg(&*quarantine.seen)
+                .arg(quarantine.length.as_millis() as u64)
+                .arg(if quarantine.strict { "1" } else { "0" });
+        }
+        call
+    }
+}
+
+/// An acquisition's calls: the acquire script for `locks` locks, and the
+/// call that gives back what it granted (when replicas do not confirm the
+/// grant, or a Redlock quorum is not reached).
+#[derive(Debug, Clone)]
+pub(crate) struct Acquire {
+    pub(crate) take: Call,
+    pub(crate) undo: Call,
+    pub(crate) locks: usize,
+}
+
+/// How a held item is stored, which decides how it is released and renewed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Stored {
+    /// A lock hash whose `owner` field names the holder.
+    Hash,
+    /// A place in a sorted set scored by lease expiry, with a companion
+    /// hash of re-entry counts and tokens (a semaphore's permits, a
+    /// read-write lock's readers).
+    /// `queue` is the lock's line of fair waiters, for read locks; `limit`
+    /// how many may hold places at once (a semaphore's permits; 0 for
+    /// readers, who have no limit of their own).
+    Place {
+        set: String,
+        holders: String,
+        queue: Option<String>,
+        limit: u32,
+    },
+}
+
+impl Stored {
+    /// How a lock of `kind` named by `lock` is stored.
+    pub(crate) fn for_kind(kind: Kind, lock: &LockKeys) -> Stored {
+        match kind {
+            Kind::Exclusive | Kind::Fair => Stored::Hash,
+            Kind::Permits(permits) => Stored::Place {
+                set: lock.lock.clone(),
+                holders: lock.holders(),
+                queue: None,
+                limit: permits,
+            },
+            Kind::Read => Stored::Place {
+                set: lock.readers(),
+                holders: lock.readers_holders(),
+                queue: Some(lock.queue()),
+                limit: 0,
+            },
+        }
+    }
+
+    /// How many holders it may have at once, which decides how many
+    /// Redlock masters must agree on a grant (see `backend::needed`).
+    pub(crate) fn holders_at_once(&self) -> u32 {
+        match self {
+            Stored::Place { limit, .. } if *limit > 1 => *limit,
+            _ => 1,
+        }
+    }
+}
+
+/// One held item to renew.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Renewing<'a> {
+    /// The lock's key (its hash; for a place, the lock it is a place of).
+    pub(crate) key: &'a str,
+    pub(crate) stored: &'a Stored,
+    pub(crate) owner: &'a str,
+    pub(crate) lease: Duration,
+}
+
+/// The restart quarantine every acquire script applies (see
+/// `next_fence` in prelude.lua and `LockClientBuilder::restart_quarantine`).
+#[derive(Debug, Clone)]
+pub(crate) struct Quarantine {
+    /// The run ids of the servers behind the connection when this client
+    /// connected, comma-separated.
+    pub(crate) seen: Arc<str>,
+    pub(crate) length: Duration,
+    pub(crate) strict: bool,
+}
+
+impl Quarantine {
+    /// No quarantine: a restart is not waited out.
+    #[cfg(test)]
+    pub(crate) fn none() -> Quarantine {
+        Quarantine {
+            seen: "".into(),
+            length: Duration::ZERO,
+            strict: false,
+        }
+    }
+}
