@@ -36,7 +36,7 @@ pub enum LockError {
         /// What was observed.
         reason: LossReason,
     },
-    /// No default client was installed with [`install`](crate::api::install).
+    /// No default client was installed with [`install`](crate::install).
     #[error(
         "no lock client installed: call lock_runtime::install(client) first, or name one with `client = ...`"
     )]

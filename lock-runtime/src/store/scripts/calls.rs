@@ -124,12 +124,12 @@ pub(crate) fn release(locks: &[LockKeys], stored: &Stored, owner: &str, all: boo
         Stored::Place {
             set,
             holders,
-            queue,
+            queued,
             ..
         } => {
             let lock = &locks[0];
             let mut keys = vec![set.clone(), holders.clone(), lock.channel.clone()];
-            if queue.is_some() {
+            if *queued {
                 // A read lock: name the first fair waiter in line.
                 keys.extend([lock.queue(), lock.queue_alive()]);
             }

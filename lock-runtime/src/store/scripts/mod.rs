@@ -178,13 +178,14 @@ pub(crate) enum Stored {
     /// A place in a sorted set scored by lease expiry, with a companion
     /// hash of re-entry counts and tokens (a semaphore's permits, a
     /// read-write lock's readers).
-    /// `queue` is the lock's line of fair waiters, for read locks; `limit`
-    /// how many may hold places at once (a semaphore's permits; 0 for
-    /// readers, who have no limit of their own).
+    /// `queued`: the lock has a line of fair waiters to name the next of
+    /// at a release (read locks); `limit`: how many may hold places at
+    /// once (a semaphore's permits; 0 for readers, who have no limit of
+    /// their own).
     Place {
         set: String,
         holders: String,
-        queue: Option<String>,
+        queued: bool,
         limit: u32,
     },
 }
@@ -197,13 +198,13 @@ impl Stored {
             Kind::Permits(permits) => Stored::Place {
                 set: lock.lock.clone(),
                 holders: lock.holders(),
-                queue: None,
+                queued: false,
                 limit: permits,
             },
             Kind::Read => Stored::Place {
                 set: lock.readers(),
                 holders: lock.readers_holders(),
-                queue: Some(lock.queue()),
+                queued: true,
                 limit: 0,
             },
         }
