@@ -8,17 +8,16 @@ mod common;
 
 use std::time::Duration;
 
-use common::{QUARANTINE, builder, ok, within};
-use lock_runtime::{Deployment, HoldMode, LockClient, LockKind};
-use lock_testkit::{RedisCluster, RedisServer};
+use common::{
+    builder, cluster_builder, connect, names_on_every_master, ok, redlock_builder, start_cluster,
+    within,
+};
+use lock_runtime::{HoldMode, LockClient, LockKind};
+use lock_testkit::RedisServer;
 
 /// A client whose owner ids carry the name `billing`.
 async fn billing(server: &RedisServer) -> LockClient {
-    builder(server)
-        .name("billing")
-        .connect()
-        .await
-        .expect("connect")
+    connect(builder(server).name("billing")).await
 }
 
 /// Polls `inspect` until `check` holds (waiters subscribe and queue in the
@@ -229,11 +228,7 @@ async fn list_finds_each_held_lock_once_by_pattern() {
     // A key of someone else's under the prefix is no lock.
     server.cli(&["SET", "lock:{order:stray}", "x"]);
     // A lock under another prefix is another client's business.
-    let other = builder(&server)
-        .prefix("other:")
-        .connect()
-        .await
-        .expect("connect");
+    let other = connect(builder(&server).prefix("other:")).await;
     guards.push(ok(&server, other.lock("order:9").acquire().await));
 
     let names = |infos: Vec<lock_runtime::LockInfo>| -> Vec<String> {
@@ -372,38 +367,13 @@ async fn inspect_refuses_a_key_that_is_not_a_lock() {
     assert_eq!(server.cli(&["GET", "lock:{config}"]), "x");
 }
 
-/// Runs blocking test-kit calls (they wait for the cluster) off the runtime.
-fn blocking<T>(f: impl FnOnce() -> T) -> T {
-    tokio::task::block_in_place(f)
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_cluster_is_listed_across_every_master() {
-    let cluster = blocking(|| RedisCluster::start(3, 0));
-    let connect = |name: &'static str| {
-        LockClient::builder(Deployment::cluster(cluster.urls()))
-            .name(name)
-            .connect_timeout(Duration::from_secs(1))
-            .command_timeout(Duration::from_secs(1))
-            .restart_quarantine(QUARANTINE)
-            .connect()
-    };
-    let (locks, waiter) = (
-        connect("billing").await.expect("connect"),
-        connect("waiter").await.expect("connect"),
-    );
+    let cluster = start_cluster(3, 0);
+    let named = |name: &'static str| connect(cluster_builder(&cluster).name(name));
+    let (locks, waiter) = (named("billing").await, named("waiter").await);
     // One lock on each master.
-    let mut names: Vec<(String, usize)> = Vec::new();
-    for i in 0.. {
-        let name = format!("job:{i}");
-        let master = cluster.master_for_key(&common::lock_key(&name));
-        if names.iter().all(|(_, m)| *m != master) {
-            names.push((name, master));
-        }
-        if names.len() == 3 {
-            break;
-        }
-    }
+    let names = names_on_every_master(&cluster, "job");
     let mut guards = Vec::new();
     for (name, _) in &names {
         guards.push(locks.lock(name.as_str()).acquire().await.expect("acquire"));
@@ -456,16 +426,7 @@ async fn a_cluster_is_listed_across_every_master() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redlock_lists_what_a_majority_holds() {
     let servers = RedisServer::start_many(3);
-    let locks = LockClient::builder(Deployment::redlock(
-        servers.iter().map(RedisServer::url).collect::<Vec<_>>(),
-    ))
-    .name("billing")
-    .connect_timeout(Duration::from_secs(1))
-    .command_timeout(Duration::from_millis(500))
-    .restart_quarantine(QUARANTINE)
-    .connect()
-    .await
-    .expect("connect");
+    let locks = connect(redlock_builder(&servers).name("billing")).await;
     let guard = locks.lock("sweep").acquire().await.expect("acquire");
     // A leftover on one master only (a partial grant) is not a lock.
     servers[0].cli(&[

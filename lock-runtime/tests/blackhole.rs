@@ -6,19 +6,14 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{QUARANTINE, ok};
+use common::{builder_for, connect, ok};
 use lock_runtime::LockClient;
 use lock_testkit::{Proxy, RedisServer, unique_key};
 
-/// A client that reaches `server` only through `proxy`.
+/// A client that reaches `server` only through `proxy`: the test settings,
+/// with a command timeout of 300 ms rather than 500 ms.
 async fn client_through(proxy: &Proxy) -> LockClient {
-    LockClient::builder(proxy.url())
-        .connect_timeout(Duration::from_secs(1))
-        .command_timeout(Duration::from_millis(300))
-        .restart_quarantine(QUARANTINE)
-        .connect()
-        .await
-        .expect("connect through the proxy")
+    connect(builder_for(proxy.url()).command_timeout(Duration::from_millis(300))).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

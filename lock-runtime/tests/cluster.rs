@@ -7,53 +7,20 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{QUARANTINE, contend};
-use lock_runtime::{Deployment, LockClient, LockClientBuilder};
-use lock_testkit::{RedisCluster, unique_key};
-
-fn builder(cluster: &RedisCluster) -> LockClientBuilder {
-    LockClient::builder(Deployment::cluster(cluster.urls()))
-        .connect_timeout(Duration::from_secs(1))
-        .command_timeout(Duration::from_millis(1000))
-        .restart_quarantine(QUARANTINE)
-}
-
-async fn client(cluster: &RedisCluster) -> LockClient {
-    builder(cluster)
-        .connect()
-        .await
-        .expect("connect to the cluster")
-}
-
-/// Runs blocking test-kit calls (they wait for the cluster) off the runtime.
-fn blocking<T>(f: impl FnOnce() -> T) -> T {
-    tokio::task::block_in_place(f)
-}
-
-/// One lock name per master: names whose keys hash to each master in turn.
-fn names_on_every_master(cluster: &RedisCluster, prefix: &str) -> Vec<(String, usize)> {
-    let mut found: Vec<(String, usize)> = Vec::new();
-    for i in 0.. {
-        let name = format!("{prefix}:{i}");
-        let master = cluster.master_for_key(&common::lock_key(&name));
-        if found.iter().all(|(_, m)| *m != master) {
-            found.push((name, master));
-        }
-        if found.len() == cluster.masters().len() {
-            return found;
-        }
-    }
-    unreachable!()
-}
+use common::{
+    blocking, cluster_builder, cluster_clients, connect, contend, lock_key, names_on_every_master,
+    spawn_acquire, start_cluster,
+};
+use lock_testkit::unique_key;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn every_kind_of_lock_works_on_every_master_and_wakes_waiters() {
-    let cluster = blocking(|| RedisCluster::start(3, 1));
-    let (a, b) = (client(&cluster).await, client(&cluster).await);
+    let cluster = start_cluster(3, 1);
+    let [a, b] = cluster_clients(&cluster).await;
     let prefix = unique_key("spread");
     for (name, master) in names_on_every_master(&cluster, &prefix) {
         let held = a.lock(name.as_str()).acquire().await.expect("acquire");
-        let key = common::lock_key(&name);
+        let key = lock_key(&name);
         assert_eq!(
             cluster.node(master).cli(&["EXISTS", &key]),
             "1",
@@ -62,7 +29,7 @@ async fn every_kind_of_lock_works_on_every_master_and_wakes_waiters() {
 
         // A waiter on the other client is woken by the sharded release
         // message long before the 30 s lease would run out.
-        let waiter = common::spawn_acquire(b.lock(name.as_str()).wait(Duration::from_secs(20)));
+        let waiter = spawn_acquire(b.lock(name.as_str()).wait(Duration::from_secs(20)));
         tokio::time::sleep(Duration::from_millis(100)).await;
         let released = Instant::now();
         held.release().await.expect("release");
@@ -101,8 +68,8 @@ async fn every_kind_of_lock_works_on_every_master_and_wakes_waiters() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn locks_in_different_slots_are_taken_all_or_none() {
-    let cluster = blocking(|| RedisCluster::start(3, 1));
-    let (a, b) = (client(&cluster).await, client(&cluster).await);
+    let cluster = start_cluster(3, 1);
+    let [a, b] = cluster_clients(&cluster).await;
     let names: Vec<String> = names_on_every_master(&cluster, &unique_key("multi"))
         .into_iter()
         .map(|(name, _)| name)
@@ -130,7 +97,7 @@ async fn locks_in_different_slots_are_taken_all_or_none() {
         free.expect("left free").release().await.expect("release");
     }
     // A waiter for all of them gets them once the middle one is released.
-    let waiter = common::spawn_acquire(a.lock_all(names.clone()).wait(Duration::from_secs(10)));
+    let waiter = spawn_acquire(a.lock_all(names.clone()).wait(Duration::from_secs(10)));
     tokio::time::sleep(Duration::from_millis(100)).await;
     middle.release().await.expect("release");
     let (_, outcome) = waiter.await.expect("waiter");
@@ -167,10 +134,10 @@ async fn locks_in_different_slots_are_taken_all_or_none() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_planned_failover_keeps_held_locks() {
-    let cluster = blocking(|| RedisCluster::start(3, 1));
-    let (a, b) = (client(&cluster).await, client(&cluster).await);
+    let cluster = start_cluster(3, 1);
+    let [a, b] = cluster_clients(&cluster).await;
     let name = unique_key("planned");
-    let master = cluster.master_for_key(&common::lock_key(&name));
+    let master = cluster.master_for_key(&lock_key(&name));
     let held = a
         .lock(name.as_str())
         .lease(Duration::from_secs(2))
@@ -197,13 +164,9 @@ async fn a_planned_failover_keeps_held_locks() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_killed_master_keeps_replicated_locks_and_tells_of_the_others() {
-    let mut cluster = blocking(|| RedisCluster::start(3, 1));
-    let safe = builder(&cluster)
-        .min_replicas(1)
-        .connect()
-        .await
-        .expect("connect");
-    let plain = client(&cluster).await;
+    let mut cluster = start_cluster(3, 1);
+    let safe = connect(cluster_builder(&cluster).min_replicas(1)).await;
+    let [plain] = cluster_clients(&cluster).await;
     let prefix = unique_key("killed");
     let (name, master) = names_on_every_master(&cluster, &prefix).remove(0);
     // Leases longer than the failover takes (a few seconds): while the

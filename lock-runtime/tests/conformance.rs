@@ -33,15 +33,12 @@ impl Store {
     fn builder(&self) -> LockClientBuilder {
         match self {
             Store::Redis(server) => common::builder(server),
-            Store::Memory(store) => LockClient::builder(store.clone())
-                .connect_timeout(Duration::from_secs(1))
-                .command_timeout(Duration::from_millis(500))
-                .restart_quarantine(QUARANTINE),
+            Store::Memory(store) => common::builder_for(store.clone()),
         }
     }
 
     async fn client(&self) -> LockClient {
-        self.builder().connect().await.expect("connect")
+        common::connect(self.builder()).await
     }
 
     /// Loses every key at once: a restart without persistence.

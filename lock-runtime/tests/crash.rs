@@ -4,7 +4,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{client, holder_env, ok, spawn_holder};
+use common::{client, holder_client, ok, spawn_holder};
 use lock_testkit::{RedisServer, unique_key};
 
 /// Run by `a_killed_holder_frees_the_lock_within_one_lease` in a child
@@ -12,12 +12,9 @@ use lock_testkit::{RedisServer, unique_key};
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "run as a child process by the crash test"]
 async fn holder_process() {
-    let Some((url, name)) = holder_env() else {
+    let Some((locks, name)) = holder_client().await else {
         return;
     };
-    let locks = lock_runtime::LockClient::connect(&url)
-        .await
-        .expect("connect");
     let guard = locks
         .lock(name)
         .lease(Duration::from_secs(2))

@@ -4,7 +4,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{client, lock_key, ok};
+use common::{client, lock_key, ok, start_server_with_clients};
 use lock_runtime::{LockClient, LockError};
 use lock_testkit::{RedisServer, free_port, unique_key};
 
@@ -64,8 +64,7 @@ async fn the_database_number_comes_from_the_url() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lock_key_holding_a_string_is_a_wrong_type_error() {
-    let server = RedisServer::start();
-    let locks = client(&server).await;
+    let (server, [locks]) = start_server_with_clients().await;
     let name = unique_key("string");
     server.cli(&["SET", &lock_key(&name), "not a lock"]);
     let err = locks
@@ -94,8 +93,7 @@ async fn a_read_only_replica_is_a_read_only_error() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_paused_server_makes_acquire_time_out_not_hang() {
-    let server = RedisServer::start();
-    let locks = client(&server).await;
+    let (server, [locks]) = start_server_with_clients().await;
     server.pause();
     // Trying once: fails after the 500 ms command timeout.
     let started = Instant::now();
@@ -140,8 +138,7 @@ async fn a_paused_server_makes_acquire_time_out_not_hang() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_names_and_settings_are_config_errors() {
-    let server = RedisServer::start();
-    let locks = client(&server).await;
+    let (server, [locks]) = start_server_with_clients().await;
     assert!(matches!(
         locks.lock("").acquire().await,
         Err(LockError::Config(_))

@@ -6,15 +6,14 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use common::{client, lock_key, ok};
-use lock_testkit::{RedisServer, unique_key};
+use common::{lock_key, ok, start_server_with_clients};
+use lock_testkit::unique_key;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn two_clients_and_sixteen_tasks_never_overlap() {
     const TASKS: usize = 16;
     const ROUNDS: usize = 25;
-    let server = RedisServer::start();
-    let clients = [client(&server).await, client(&server).await];
+    let (server, clients) = start_server_with_clients::<2>().await;
     let name = unique_key("exclusion");
     let counter = Arc::new(std::sync::Mutex::new(0u64));
     let inside = Arc::new(AtomicUsize::new(0));
@@ -69,8 +68,7 @@ async fn two_clients_and_sixteen_tasks_never_overlap() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fencing_counters_stay_bounded_over_many_lock_names() {
-    let server = RedisServer::start();
-    let locks = client(&server).await;
+    let (server, [locks]) = start_server_with_clients().await;
     let mut last_fence = std::collections::HashMap::new();
     for round in 0..2 {
         for id in 0..300 {

@@ -4,9 +4,9 @@ mod common;
 
 use std::time::Duration;
 
-use common::{client, ok};
+use common::{ok, start_server_with_clients};
 use lock_runtime::LockError;
-use lock_testkit::{RedisServer, unique_key};
+use lock_testkit::unique_key;
 
 // One test: the default client is process-wide state.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -17,8 +17,7 @@ async fn install_sets_the_default_client_and_current_names_the_held_lock() {
     ));
     assert!(lock_runtime::current().is_none());
 
-    let server = RedisServer::start();
-    let locks = client(&server).await;
+    let (server, [locks]) = start_server_with_clients().await;
     lock_runtime::install(locks.clone());
     let installed = lock_runtime::installed().expect("installed");
     assert_eq!(installed.id(), locks.id());

@@ -6,14 +6,13 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use common::{client, lock_key, ok, spawn_acquire, within};
-use lock_testkit::{RedisServer, unique_key};
+use common::{lock_key, ok, spawn_acquire, start_server_with_clients, within};
+use lock_testkit::unique_key;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn opposite_transfers_between_two_accounts_never_deadlock() {
     const TRANSFERS: usize = 1000;
-    let server = RedisServer::start();
-    let clients = [client(&server).await, client(&server).await];
+    let (server, clients) = start_server_with_clients::<2>().await;
     let (a, b) = (unique_key("account"), unique_key("account"));
     let balances = Arc::new([AtomicI64::new(1_000), AtomicI64::new(1_000)]);
     let inside = Arc::new([AtomicUsize::new(0), AtomicUsize::new(0)]);
@@ -68,9 +67,7 @@ async fn opposite_transfers_between_two_accounts_never_deadlock() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn all_or_none_and_a_duplicate_name_is_one_lock() {
-    let server = RedisServer::start();
-    let locks = client(&server).await;
-    let other = client(&server).await;
+    let (server, [locks, other]) = start_server_with_clients().await;
     let (a, b) = (unique_key("a"), unique_key("b"));
 
     let same = ok(
@@ -135,8 +132,7 @@ async fn all_or_none_and_a_duplicate_name_is_one_lock() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn losing_any_one_lock_stops_the_body() {
-    let server = RedisServer::start();
-    let locks = client(&server).await;
+    let (server, [locks]) = start_server_with_clients().await;
     let (a, b, c) = (unique_key("a"), unique_key("b"), unique_key("c"));
     let all = ok(
         &server,

@@ -8,9 +8,9 @@ mod common;
 
 use std::time::Duration;
 
-use common::{QUARANTINE, client, ok};
-use lock_runtime::{Deployment, LockClient, LockGuard, LockRequest};
-use lock_testkit::{RedisCluster, RedisServer};
+use common::{cluster_builder, connect, ok, start_cluster, start_server_with_clients};
+use lock_runtime::{LockClient, LockGuard, LockRequest};
+use lock_testkit::RedisCluster;
 
 /// Names that a layout which keeps hash tags as they are would alias
 /// (`{x}` with `x`, `{x}:holders` with a companion key of `x`), split
@@ -55,8 +55,7 @@ async fn free(request: LockRequest, what: &str) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn distinct_strings_are_distinct_locks() {
-    let server = RedisServer::start();
-    let (a, b) = (client(&server).await, client(&server).await);
+    let (server, [a, b]) = start_server_with_clients().await;
     let mut held: Vec<LockGuard> = Vec::new();
 
     // An exclusive lock and the same name in braces.
@@ -129,8 +128,7 @@ async fn distinct_strings_are_distinct_locks() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn list_and_inspect_show_names_as_given() {
-    let server = RedisServer::start();
-    let locks = client(&server).await;
+    let (server, [locks]) = start_server_with_clients().await;
     let mut held = Vec::new();
     for name in TRICKY {
         held.push(ok(&server, locks.lock(name).acquire().await));
@@ -162,20 +160,9 @@ async fn list_and_inspect_show_names_as_given() {
     assert!(ok(&server, locks.list(None).await).is_empty());
 }
 
-/// Runs blocking test-kit calls (they wait for the cluster) off the runtime.
-fn blocking<T>(f: impl FnOnce() -> T) -> T {
-    tokio::task::block_in_place(f)
-}
-
-async fn cluster_client(cluster: &RedisCluster, prefix: &str) -> LockClient {
-    LockClient::builder(Deployment::cluster(cluster.urls()))
-        .prefix(prefix)
-        .connect_timeout(Duration::from_secs(1))
-        .command_timeout(Duration::from_secs(1))
-        .restart_quarantine(QUARANTINE)
-        .connect()
-        .await
-        .expect("connect to the cluster")
+/// A Cluster test client whose keys start with `prefix`.
+async fn prefixed_client(cluster: &RedisCluster, prefix: &str) -> LockClient {
+    connect(cluster_builder(cluster).prefix(prefix)).await
 }
 
 /// A kind of lock: how to take it, and what it must keep out.
@@ -197,7 +184,7 @@ fn kinds() -> [(&'static str, Make, Make); 5] {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn names_with_braces_work_for_every_kind_on_a_cluster() {
-    let cluster = blocking(|| RedisCluster::start(3, 0));
+    let cluster = start_cluster(3, 0);
     // Each kind under a prefix of its own, so that every kind takes the
     // very same names.
     let lease = Duration::from_millis(600);
@@ -206,8 +193,8 @@ async fn names_with_braces_work_for_every_kind_on_a_cluster() {
     for (kind, take, _) in kinds() {
         let prefix = format!("{kind}:");
         let (a, b) = (
-            cluster_client(&cluster, &prefix).await,
-            cluster_client(&cluster, &prefix).await,
+            prefixed_client(&cluster, &prefix).await,
+            prefixed_client(&cluster, &prefix).await,
         );
         for name in TRICKY {
             let guard = take(&a, name)
@@ -221,8 +208,8 @@ async fn names_with_braces_work_for_every_kind_on_a_cluster() {
     }
     // Every name at once, across slots.
     let (all_a, all_b) = (
-        cluster_client(&cluster, "all:").await,
-        cluster_client(&cluster, "all:").await,
+        prefixed_client(&cluster, "all:").await,
+        prefixed_client(&cluster, "all:").await,
     );
     let all = all_a
         .lock_all(TRICKY)
@@ -271,10 +258,10 @@ async fn names_with_braces_work_for_every_kind_on_a_cluster() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_hash_tag_in_the_name_decides_the_cluster_slot() {
-    let cluster = blocking(|| RedisCluster::start(3, 0));
+    let cluster = start_cluster(3, 0);
     let (a, b) = (
-        cluster_client(&cluster, "lock:").await,
-        cluster_client(&cluster, "lock:").await,
+        prefixed_client(&cluster, "lock:").await,
+        prefixed_client(&cluster, "lock:").await,
     );
     let keyslot = |key: &str| cluster.node(0).cli(&["CLUSTER", "KEYSLOT", key]);
     let tenant = keyslot("tenant:7");

@@ -6,22 +6,14 @@ mod common;
 
 use std::time::Duration;
 
-use common::{QUARANTINE, contend};
-use lock_runtime::{Deployment, LockClient, LockError};
+use common::{connect, contend, redlock_builder};
+use lock_runtime::{LockClient, LockError};
 use lock_testkit::{RedisServer, unique_key};
 
-fn masters(n: usize) -> Vec<RedisServer> {
-    (0..n).map(|_| RedisServer::start()).collect()
-}
-
+/// A Redlock client over `masters`: the test settings, with a command
+/// timeout of 300 ms rather than 500 ms.
 async fn redlock(masters: &[RedisServer]) -> LockClient {
-    LockClient::builder(Deployment::redlock(masters.iter().map(RedisServer::url)))
-        .connect_timeout(Duration::from_secs(1))
-        .command_timeout(Duration::from_millis(300))
-        .restart_quarantine(QUARANTINE)
-        .connect()
-        .await
-        .expect("connect to the masters")
+    connect(redlock_builder(masters).command_timeout(Duration::from_millis(300))).await
 }
 
 /// Whether the lock key is on the master (for counting where a lock is).
@@ -31,7 +23,7 @@ fn has_key(master: &RedisServer, name: &str) -> bool {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn exclusion_holds_while_a_master_is_paused_and_another_killed() {
-    let mut masters = masters(5);
+    let mut masters = RedisServer::start_many(5);
     let clients = [redlock(&masters).await, redlock(&masters).await];
     let name = unique_key("redlock");
 
@@ -62,7 +54,7 @@ async fn exclusion_holds_while_a_master_is_paused_and_another_killed() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lock_is_held_on_a_majority_and_released_everywhere() {
-    let masters = masters(5);
+    let masters = RedisServer::start_many(5);
     let locks = redlock(&masters).await;
     let name = unique_key("majority");
     let guard = locks.lock(name.as_str()).acquire().await.expect("acquire");
@@ -99,7 +91,7 @@ async fn a_lock_is_held_on_a_majority_and_released_everywhere() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fencing_tokens_keep_growing_when_majorities_change() {
-    let mut masters = masters(5);
+    let mut masters = RedisServer::start_many(5);
     let locks = redlock(&masters).await;
     let name = unique_key("fences");
     let mut last = 0;
@@ -142,7 +134,7 @@ async fn fencing_tokens_keep_growing_when_majorities_change() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_a_majority_acquisitions_fail_cleanly() {
-    let mut masters = masters(5);
+    let mut masters = RedisServer::start_many(5);
     let locks = redlock(&masters).await;
     let name = unique_key("no-quorum");
     let held = locks.lock(name.as_str()).acquire().await.expect("acquire");
@@ -183,7 +175,7 @@ async fn without_a_majority_acquisitions_fail_cleanly() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_semaphore_never_has_more_holders_than_permits() {
-    let masters = masters(5);
+    let masters = RedisServer::start_many(5);
     let clients = [redlock(&masters).await, redlock(&masters).await];
     let name = unique_key("permits");
     let inside = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));

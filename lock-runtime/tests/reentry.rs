@@ -5,13 +5,12 @@ mod common;
 
 use std::time::Duration;
 
-use common::{client, lock_key, ok, within};
-use lock_testkit::{RedisServer, unique_key};
+use common::{lock_key, ok, start_server_with_clients, within};
+use lock_testkit::unique_key;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn same_scope_reenters_and_a_spawned_task_waits() {
-    let server = RedisServer::start();
-    let locks = client(&server).await;
+    let (server, [locks]) = start_server_with_clients().await;
     let name = unique_key("reentry");
     let key = lock_key(&name);
 
@@ -104,9 +103,7 @@ async fn same_scope_reenters_and_a_spawned_task_waits() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dropping_a_guard_releases_in_the_background() {
-    let server = RedisServer::start();
-    let locks = client(&server).await;
-    let other = client(&server).await;
+    let (server, [locks, other]) = start_server_with_clients().await;
     let name = unique_key("drop");
     let guard = ok(
         &server,
@@ -162,8 +159,7 @@ async fn update(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn calls_joined_inside_a_critical_section_exclude_each_other() {
     use std::sync::atomic::{AtomicUsize, Ordering};
-    let server = RedisServer::start();
-    let locks = client(&server).await;
+    let (server, [locks]) = start_server_with_clients().await;
     let (outer_name, account) = (unique_key("batch"), unique_key("account"));
     let (inside, most) = (AtomicUsize::new(0), AtomicUsize::new(0));
 
@@ -226,8 +222,7 @@ async fn calls_joined_inside_a_critical_section_exclude_each_other() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reentering_a_held_lock_does_not_queue_behind_local_waiters() {
-    let server = RedisServer::start();
-    let locks = client(&server).await;
+    let (server, [locks]) = start_server_with_clients().await;
     let name = unique_key("busy");
     let outer = ok(
         &server,

@@ -5,7 +5,9 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{QUARANTINE, builder, client, ok, try_once_when_up};
+use common::{
+    QUARANTINE, builder, client, connect, ok, start_server_with_clients, try_once_when_up,
+};
 use lock_testkit::{RedisServer, unique_key};
 
 /// Takes and releases `name` once; its fencing token.
@@ -31,11 +33,7 @@ async fn tokens_never_go_back_after_a_restart_from_an_older_snapshot() {
     let name = unique_key("snapshot");
     // Without a quarantine the lock is granted at once after the restart:
     // only the token rule stands between the holders and a repeated token.
-    let locks = builder(&server)
-        .restart_quarantine(Duration::ZERO)
-        .connect()
-        .await
-        .expect("connect");
+    let locks = connect(builder(&server).restart_quarantine(Duration::ZERO)).await;
     let mut before = vec![take_and_release(&server, &locks, &name).await];
     server.cli(&["SAVE"]);
     for _ in 0..5 {
@@ -60,9 +58,8 @@ async fn tokens_never_go_back_after_a_restart_from_an_older_snapshot() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lock_granted_after_the_snapshot_is_not_granted_again_within_the_quarantine() {
-    let server = RedisServer::start();
+    let (server, [holder]) = start_server_with_clients().await;
     let name = unique_key("forgotten");
-    let holder = client(&server).await;
     // The slot is in use before the snapshot...
     take_and_release(&server, &holder, &name).await;
     server.cli(&["SAVE"]);
@@ -133,11 +130,7 @@ async fn a_server_that_may_evict_keys_is_refused_unless_allowed() {
         "{text}"
     );
 
-    let allowed = builder(&server)
-        .allow_eviction(true)
-        .connect()
-        .await
-        .expect("allowed");
+    let allowed = connect(builder(&server).allow_eviction(true)).await;
     let name = unique_key("evictable");
     take_and_release(&server, &allowed, &name).await;
 
@@ -150,8 +143,7 @@ async fn a_server_that_may_evict_keys_is_refused_unless_allowed() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn releasing_a_lost_lock_reports_the_loss_even_when_the_release_fails() {
-    let server = RedisServer::start();
-    let locks = client(&server).await;
+    let (server, [locks]) = start_server_with_clients().await;
     let guard = ok(
         &server,
         locks
@@ -175,8 +167,7 @@ async fn a_client_that_met_the_server_at_its_start_is_never_refused() {
     // A fresh server and a client that saw it start: nothing was lost, so
     // no lock may be refused, also not around the end of the quarantine,
     // whose uptime Redis reports in whole seconds.
-    let server = RedisServer::start();
-    let locks = client(&server).await;
+    let (server, [locks]) = start_server_with_clients().await;
     let names: Vec<String> = (0..4).map(|i| unique_key(&format!("fresh{i}"))).collect();
     let until = Instant::now() + QUARANTINE + Duration::from_secs(3);
     let mut rounds = 0;

@@ -6,9 +6,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use common::{client, lock_key, ok, within};
+use common::{lock_key, ok, start_server_with_clients, within};
 use lock_runtime::LockError;
-use lock_testkit::{RedisServer, unique_key};
+use lock_testkit::unique_key;
 
 #[derive(Default)]
 struct Checker {
@@ -43,8 +43,7 @@ impl Checker {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn readers_overlap_and_writers_are_alone() {
-    let server = RedisServer::start();
-    let clients = [client(&server).await, client(&server).await];
+    let (server, clients) = start_server_with_clients::<2>().await;
     let name = unique_key("rw");
     let checker = Arc::new(Checker::default());
     let mut tasks = Vec::new();
@@ -115,9 +114,7 @@ async fn readers_overlap_and_writers_are_alone() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_stream_of_readers_does_not_starve_a_writer() {
-    let server = RedisServer::start();
-    let readers = client(&server).await;
-    let writer = client(&server).await;
+    let (server, [readers, writer]) = start_server_with_clients().await;
     let name = unique_key("starve");
     let stop = Arc::new(AtomicBool::new(false));
     // Readers overlap one another so that, without writer preference, the
@@ -164,9 +161,7 @@ async fn a_stream_of_readers_does_not_starve_a_writer() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_writer_that_lets_go_and_comes_back_lets_waiting_readers_in_first() {
-    let server = RedisServer::start();
-    let readers = client(&server).await;
-    let writer = client(&server).await;
+    let (server, [readers, writer]) = start_server_with_clients().await;
     let name = unique_key("writer-loop");
     for _ in 0..5 {
         let guard = ok(&server, writer.write_lock(name.as_str()).acquire().await);
@@ -205,9 +200,7 @@ async fn a_writer_that_lets_go_and_comes_back_lets_waiting_readers_in_first() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reentry_downgrade_and_renewal() {
-    let server = RedisServer::start();
-    let locks = client(&server).await;
-    let other = client(&server).await;
+    let (server, [locks, other]) = start_server_with_clients().await;
     let name = unique_key("downgrade");
     let key = lock_key(&name);
 
@@ -316,8 +309,7 @@ async fn reentry_downgrade_and_renewal() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reader_that_stops_waiting_takes_its_turn_back() {
-    let server = RedisServer::start();
-    let locks = client(&server).await;
+    let (server, [locks]) = start_server_with_clients().await;
     let name = unique_key("reader-gives-up");
     let writer = ok(&server, locks.write_lock(name.as_str()).acquire().await);
 
@@ -366,8 +358,7 @@ async fn a_reader_that_stops_waiting_takes_its_turn_back() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_writer_that_stops_waiting_takes_its_turn_back() {
-    let server = RedisServer::start();
-    let locks = client(&server).await;
+    let (server, [locks]) = start_server_with_clients().await;
     let name = unique_key("writer-gives-up");
     let reader = ok(&server, locks.read_lock(name.as_str()).acquire().await);
 

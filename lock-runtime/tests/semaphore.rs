@@ -6,15 +6,17 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use common::{client, holder_env, lock_key, ok, spawn_acquire, spawn_holder, within};
+use common::{
+    client, holder_client, lock_key, ok, spawn_acquire, spawn_holder, start_server_with_clients,
+    within,
+};
 use lock_runtime::LockError;
 use lock_testkit::{RedisServer, unique_key};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn never_more_than_n_holders() {
     const PERMITS: usize = 3;
-    let server = RedisServer::start();
-    let clients = [client(&server).await, client(&server).await];
+    let (server, clients) = start_server_with_clients::<2>().await;
     let name = unique_key("pool");
     let inside = Arc::new(AtomicUsize::new(0));
     let most = Arc::new(AtomicUsize::new(0));
@@ -59,9 +61,7 @@ async fn never_more_than_n_holders() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reentry_keeps_one_permit_and_waiters_wake_on_release() {
-    let server = RedisServer::start();
-    let locks = client(&server).await;
-    let other = client(&server).await;
+    let (server, [locks, other]) = start_server_with_clients().await;
     let name = unique_key("single");
     assert!(matches!(
         locks.semaphore(name.as_str(), 0).acquire().await,
@@ -122,12 +122,9 @@ async fn reentry_keeps_one_permit_and_waiters_wake_on_release() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "run as a child process by the semaphore crash test"]
 async fn permit_holder_process() {
-    let Some((url, name)) = holder_env() else {
+    let Some((locks, name)) = holder_client().await else {
         return;
     };
-    let locks = lock_runtime::LockClient::connect(&url)
-        .await
-        .expect("connect");
     let permit = locks
         .semaphore(name, 1)
         .lease(Duration::from_secs(2))

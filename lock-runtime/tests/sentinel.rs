@@ -7,38 +7,15 @@ mod common;
 
 use std::time::Duration;
 
-use common::{QUARANTINE, contend};
-use lock_runtime::{Deployment, LockClient, LockClientBuilder, LockError};
-use lock_testkit::{SentinelGroup, unique_key};
-
-fn builder(group: &SentinelGroup) -> LockClientBuilder {
-    LockClient::builder(Deployment::sentinel(
-        group.sentinel_urls(),
-        group.service_name(),
-    ))
-    .connect_timeout(Duration::from_secs(1))
-    .command_timeout(Duration::from_millis(1000))
-    .replica_timeout(Duration::from_millis(300))
-    .restart_quarantine(QUARANTINE)
-}
-
-fn blocking<T>(f: impl FnOnce() -> T) -> T {
-    tokio::task::block_in_place(f)
-}
+use common::{blocking, connect, contend, lock_key, sentinel_builder, start_sentinel_group};
+use lock_runtime::LockError;
+use lock_testkit::unique_key;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn replicated_locks_survive_the_master_dying_and_the_client_follows() {
-    let mut group = blocking(|| SentinelGroup::start(2, 3));
-    let safe = builder(&group)
-        .min_replicas(1)
-        .connect()
-        .await
-        .expect("connect");
-    let other = builder(&group)
-        .min_replicas(1)
-        .connect()
-        .await
-        .expect("connect");
+    let mut group = start_sentinel_group(2, 3);
+    let safe = connect(sentinel_builder(&group).min_replicas(1)).await;
+    let other = connect(sentinel_builder(&group).min_replicas(1)).await;
     let name = unique_key("sentinel");
     // A lease longer than the failover takes (about 5 s): nothing is
     // renewed while there is no master.
@@ -48,7 +25,7 @@ async fn replicated_locks_survive_the_master_dying_and_the_client_follows() {
         .acquire()
         .await
         .expect("acquire");
-    let key = common::lock_key(&name);
+    let key = lock_key(&name);
     assert!(
         group.replica_urls().len() == 2,
         "two replicas: {:?}",
@@ -90,8 +67,8 @@ async fn replicated_locks_survive_the_master_dying_and_the_client_follows() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_lock_no_replica_confirms_is_given_back_with_a_clear_error() {
-    let group = blocking(|| SentinelGroup::start(2, 3));
-    let locks = builder(&group).connect().await.expect("connect");
+    let group = start_sentinel_group(2, 3);
+    let locks = connect(sentinel_builder(&group)).await;
     let name = unique_key("unreplicated");
     let replicas: Vec<_> = group
         .nodes()
@@ -107,7 +84,7 @@ async fn a_lock_no_replica_confirms_is_given_back_with_a_clear_error() {
         .wait(Duration::from_millis(800))
         .acquire()
         .await;
-    let master_has_it = group.master().cli(&["EXISTS", &common::lock_key(&name)]);
+    let master_has_it = group.master().cli(&["EXISTS", &lock_key(&name)]);
     for replica in &replicas {
         replica.resume();
     }

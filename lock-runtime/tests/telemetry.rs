@@ -5,190 +5,19 @@
 //! The recorder and the span collector are global to this test binary (the
 //! watchdog and releases on drop record from tasks of their own, which a
 //! thread-local recorder would not see), so the tests take turns: each holds
-//! `TURN` while it runs, and reads the metrics as deltas since its start.
+//! its turn (`common::telemetry::take_turn`) while it runs, and reads the
+//! metrics as deltas since its start.
 #![cfg(feature = "metrics")]
 
 mod common;
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
-use common::{builder, client, lock_key, ok, within};
+use common::telemetry::{metrics, snapshotter, spans, take_turn};
+use common::{builder, connect, lock_key, ok, start_server_with_clients, within};
 use lock_runtime::{LockError, distributed_lock, metric_names::*};
 use lock_testkit::{RedisServer, unique_key};
-use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
-use tracing::field::{Field, Visit};
-use tracing::span::{Attributes, Id, Record};
-use tracing_subscriber::layer::{Context, SubscriberExt};
-use tracing_subscriber::registry::LookupSpan;
-
-/// One test at a time: the metrics are process-wide.
-static TURN: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
-
-/// The recorder's snapshotter and the collected spans, installed once.
-fn installed() -> &'static (Snapshotter, Spans) {
-    static INSTALLED: OnceLock<(Snapshotter, Spans)> = OnceLock::new();
-    INSTALLED.get_or_init(|| {
-        let recorder = DebuggingRecorder::new();
-        let snapshotter = recorder.snapshotter();
-        recorder.install().expect("the only metrics recorder");
-        let spans = Spans::default();
-        let subscriber = tracing_subscriber::registry().with(spans.clone());
-        tracing::subscriber::set_global_default(subscriber).expect("the only subscriber");
-        (snapshotter, spans)
-    })
-}
-
-/// Metric values since the last call (the debugging recorder hands out
-/// counters, gauges and histogram samples as deltas).
-struct Metrics(Vec<Series>);
-
-/// A metric's name, labels and value.
-type Series = (String, Vec<(String, String)>, DebugValue);
-
-fn metrics() -> Metrics {
-    let snapshot = installed().0.snapshot().into_vec();
-    Metrics(
-        snapshot
-            .into_iter()
-            .map(|(key, _, _, value)| {
-                let (_, key) = key.into_parts();
-                let labels = key
-                    .labels()
-                    .map(|l| (l.key().to_owned(), l.value().to_owned()))
-                    .collect();
-                (key.name().to_owned(), labels, value)
-            })
-            .collect(),
-    )
-}
-
-impl Metrics {
-    fn matching<'a>(
-        &'a self,
-        name: &'a str,
-        labels: &'a [(&str, &str)],
-    ) -> impl Iterator<Item = &'a DebugValue> {
-        self.0.iter().filter_map(move |(n, have, value)| {
-            let all = labels
-                .iter()
-                .all(|(k, v)| have.iter().any(|(hk, hv)| hk == k && hv == v));
-            (n == name && all).then_some(value)
-        })
-    }
-
-    /// Sum of the counter over the series carrying `labels`.
-    fn counter(&self, name: &str, labels: &[(&str, &str)]) -> u64 {
-        self.matching(name, labels)
-            .map(|value| match value {
-                DebugValue::Counter(n) => *n,
-                other => panic!("{name} is not a counter: {other:?}"),
-            })
-            .sum()
-    }
-
-    /// Change of the gauge over the series carrying `labels`.
-    fn gauge(&self, name: &str, labels: &[(&str, &str)]) -> f64 {
-        self.matching(name, labels)
-            .map(|value| match value {
-                DebugValue::Gauge(n) => n.into_inner(),
-                other => panic!("{name} is not a gauge: {other:?}"),
-            })
-            .sum()
-    }
-
-    /// The histogram's samples over the series carrying `labels`.
-    fn samples(&self, name: &str, labels: &[(&str, &str)]) -> Vec<f64> {
-        self.matching(name, labels)
-            .flat_map(|value| match value {
-                DebugValue::Histogram(samples) => samples.iter().map(|s| s.into_inner()),
-                other => panic!("{name} is not a histogram: {other:?}"),
-            })
-            .collect()
-    }
-}
-
-impl std::fmt::Debug for Metrics {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_list().entries(&self.0).finish()
-    }
-}
-
-/// The fields of one `lock` span as they were last recorded.
-type Fields = Arc<Mutex<HashMap<String, String>>>;
-
-/// A layer that keeps the fields of every `lock` span.
-#[derive(Clone, Default)]
-struct Spans {
-    /// Open spans by id (ids are reused once a span closes).
-    open: Arc<Mutex<HashMap<u64, Fields>>>,
-    all: Arc<Mutex<Vec<Fields>>>,
-}
-
-struct Visitor<'a>(&'a mut HashMap<String, String>);
-
-impl Visit for Visitor<'_> {
-    fn record_debug(&mut self, field: &Field, value: &dyn std::fmt::Debug) {
-        self.0.insert(field.name().into(), format!("{value:?}"));
-    }
-    fn record_str(&mut self, field: &Field, value: &str) {
-        self.0.insert(field.name().into(), value.into());
-    }
-}
-
-impl<S> tracing_subscriber::Layer<S> for Spans
-where
-    S: tracing::Subscriber + for<'a> LookupSpan<'a>,
-{
-    fn on_new_span(&self, attrs: &Attributes<'_>, id: &Id, _: Context<'_, S>) {
-        if attrs.metadata().name() != "lock" {
-            return;
-        }
-        let mut fields = HashMap::new();
-        attrs.record(&mut Visitor(&mut fields));
-        let fields = Arc::new(Mutex::new(fields));
-        self.open
-            .lock()
-            .unwrap()
-            .insert(id.into_u64(), fields.clone());
-        self.all.lock().unwrap().push(fields);
-    }
-
-    fn on_record(&self, id: &Id, values: &Record<'_>, _: Context<'_, S>) {
-        if let Some(fields) = self.open.lock().unwrap().get(&id.into_u64()) {
-            values.record(&mut Visitor(&mut fields.lock().unwrap()));
-        }
-    }
-
-    fn on_close(&self, id: Id, _: Context<'_, S>) {
-        self.open.lock().unwrap().remove(&id.into_u64());
-    }
-}
-
-impl Spans {
-    /// The fields of every `lock` span of the lock `key`, oldest first.
-    fn of(&self, key: &str) -> Vec<HashMap<String, String>> {
-        self.all
-            .lock()
-            .unwrap()
-            .iter()
-            .map(|fields| fields.lock().unwrap().clone())
-            .filter(|fields| fields.get("key").map(String::as_str) == Some(key))
-            .collect()
-    }
-
-    /// The fields of the open span `id`.
-    fn by_id(&self, id: &Id) -> Option<HashMap<String, String>> {
-        let open = self.open.lock().unwrap();
-        open.get(&id.into_u64())
-            .map(|fields| fields.lock().unwrap().clone())
-    }
-}
-
-fn spans() -> &'static Spans {
-    &installed().1
-}
 
 /// Waits until the only span of `key` has an outcome (releases on drop and
 /// losses are recorded by tasks of their own), and returns its fields.
@@ -210,10 +39,8 @@ const EXCLUSIVE: (&str, &str) = ("kind", "exclusive");
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn acquire_and_release_are_counted_and_spanned() {
-    let _turn = TURN.lock().await;
-    installed();
-    let server = RedisServer::start();
-    let locks = client(&server).await;
+    let _turn = take_turn().await;
+    let (server, [locks]) = start_server_with_clients().await;
     let name = unique_key("telemetry-release");
     metrics();
 
@@ -280,10 +107,8 @@ async fn acquire_and_release_are_counted_and_spanned() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dropped_guard_is_released_in_the_background_and_counted() {
-    let _turn = TURN.lock().await;
-    installed();
-    let server = RedisServer::start();
-    let locks = client(&server).await;
+    let _turn = take_turn().await;
+    let (server, [locks]) = start_server_with_clients().await;
     let name = unique_key("telemetry-drop");
     metrics();
 
@@ -297,11 +122,8 @@ async fn a_dropped_guard_is_released_in_the_background_and_counted() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn timeouts_and_contended_waits_are_measured() {
-    let _turn = TURN.lock().await;
-    installed();
-    let server = RedisServer::start();
-    let holder = client(&server).await;
-    let waiter = client(&server).await;
+    let _turn = take_turn().await;
+    let (server, [holder, waiter]) = start_server_with_clients().await;
     let name = unique_key("telemetry-timeout");
     let guard = ok(&server, holder.lock(name.as_str()).acquire().await);
     metrics();
@@ -346,10 +168,8 @@ async fn timeouts_and_contended_waits_are_measured() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_acquire_error_is_counted_by_class() {
-    let _turn = TURN.lock().await;
-    installed();
-    let server = RedisServer::start();
-    let locks = client(&server).await;
+    let _turn = take_turn().await;
+    let (server, [locks]) = start_server_with_clients().await;
     let name = unique_key("telemetry-wrongtype");
     server.cli(&["SET", &lock_key(&name), "not a lock"]);
     metrics();
@@ -376,10 +196,8 @@ async fn an_acquire_error_is_counted_by_class() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn renewals_are_counted_per_lock_and_timed_per_round_trip() {
-    let _turn = TURN.lock().await;
-    installed();
-    let server = RedisServer::start();
-    let locks = client(&server).await;
+    let _turn = take_turn().await;
+    let (server, [locks]) = start_server_with_clients().await;
     let name = unique_key("telemetry-renew");
     let lease = Duration::from_millis(600);
     metrics();
@@ -405,10 +223,8 @@ async fn renewals_are_counted_per_lock_and_timed_per_round_trip() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_deleted_lock_is_counted_lost_once() {
-    let _turn = TURN.lock().await;
-    installed();
-    let server = RedisServer::start();
-    let locks = client(&server).await;
+    let _turn = take_turn().await;
+    let (server, [locks]) = start_server_with_clients().await;
     let name = unique_key("telemetry-deleted");
     let guard = ok(
         &server,
@@ -440,14 +256,9 @@ async fn a_deleted_lock_is_counted_lost_once() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_paused_server_means_failed_renewals_and_an_expired_lock() {
-    let _turn = TURN.lock().await;
-    installed();
+    let _turn = take_turn().await;
     let server = RedisServer::start();
-    let locks = builder(&server)
-        .command_timeout(Duration::from_millis(200))
-        .connect()
-        .await
-        .expect("connect");
+    let locks = connect(builder(&server).command_timeout(Duration::from_millis(200))).await;
     let name = unique_key("telemetry-paused");
     let guard = ok(
         &server,
@@ -485,10 +296,8 @@ async fn locked(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_body_of_a_locked_function_runs_in_the_lock_span() {
-    let _turn = TURN.lock().await;
-    installed();
-    let server = RedisServer::start();
-    let locks = client(&server).await;
+    let _turn = take_turn().await;
+    let (server, [locks]) = start_server_with_clients().await;
     let name = unique_key("telemetry-attribute");
     metrics();
 
@@ -507,15 +316,13 @@ async fn the_body_of_a_locked_function_runs_in_the_lock_span() {
 
 #[tokio::test]
 async fn every_metric_is_described_with_its_unit() {
-    let _turn = TURN.lock().await;
-    installed();
+    let _turn = take_turn().await;
     lock_runtime::describe_metrics();
     // Descriptions show once a metric has a value; give each one.
-    let server = RedisServer::start();
-    let locks = client(&server).await;
+    let (server, [locks]) = start_server_with_clients().await;
     let guard = ok(&server, locks.lock(unique_key("describe")).acquire().await);
     ok(&server, guard.release().await);
-    let snapshot = installed().0.snapshot().into_vec();
+    let snapshot = snapshotter().snapshot().into_vec();
     for (key, unit, description, _) in snapshot {
         let name = key.key().name().to_owned();
         if !name.starts_with("lock_") {

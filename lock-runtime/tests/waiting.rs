@@ -4,14 +4,12 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{client, ok, spawn_acquire, within};
-use lock_testkit::{RedisServer, unique_key};
+use common::{ok, spawn_acquire, start_server_with_clients, within};
+use lock_testkit::unique_key;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_wait_times_out_after_about_the_wait() {
-    let server = RedisServer::start();
-    let holder = client(&server).await;
-    let waiter = client(&server).await;
+    let (server, [holder, waiter]) = start_server_with_clients().await;
     let name = unique_key("timeout");
     let guard = ok(&server, holder.lock(name.as_str()).acquire().await);
 
@@ -35,9 +33,7 @@ async fn a_wait_times_out_after_about_the_wait() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn wait_zero_tries_once() {
-    let server = RedisServer::start();
-    let holder = client(&server).await;
-    let waiter = client(&server).await;
+    let (server, [holder, waiter]) = start_server_with_clients().await;
     let name = unique_key("try-once");
     let guard = ok(&server, holder.lock(name.as_str()).acquire().await);
 
@@ -64,9 +60,7 @@ async fn wait_zero_tries_once() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_waiter_takes_over_right_after_a_release_despite_a_long_lease() {
-    let server = RedisServer::start();
-    let holder = client(&server).await;
-    let waiter = client(&server).await;
+    let (server, [holder, waiter]) = start_server_with_clients().await;
     let name = unique_key("handoff");
     let lease = Duration::from_secs(30);
 
@@ -98,9 +92,7 @@ async fn a_waiter_takes_over_right_after_a_release_despite_a_long_lease() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn many_waiters_in_one_process_all_get_their_turn() {
-    let server = RedisServer::start();
-    let holder = client(&server).await;
-    let waiters = client(&server).await;
+    let (server, [holder, waiters]) = start_server_with_clients().await;
     let name = unique_key("queue");
     let guard = ok(
         &server,
@@ -136,8 +128,7 @@ async fn many_waiters_in_one_process_all_get_their_turn() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_task_that_releases_and_comes_back_queues_behind_the_waiter() {
-    let server = RedisServer::start();
-    let locks = client(&server).await;
+    let (server, [locks]) = start_server_with_clients().await;
     let name = unique_key("barging");
     for _ in 0..5 {
         let guard = ok(&server, locks.lock(name.as_str()).acquire().await);

@@ -4,15 +4,16 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{QUARANTINE, builder, client, lock_key, ok, spawn_acquire, try_once_when_up, within};
+use common::{
+    QUARANTINE, builder, client, connect, lock_key, ok, spawn_acquire, start_server_with_clients,
+    try_once_when_up, within,
+};
 use lock_runtime::LossReason;
 use lock_testkit::{RedisServer, unique_key};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn renewal_keeps_a_short_lease_held_for_several_leases() {
-    let server = RedisServer::start();
-    let holder = client(&server).await;
-    let other = client(&server).await;
+    let (server, [holder, other]) = start_server_with_clients().await;
     let name = unique_key("renew");
     let guard = ok(
         &server,
@@ -41,8 +42,7 @@ async fn renewal_keeps_a_short_lease_held_for_several_leases() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn deleting_the_key_is_noticed_within_about_a_third_of_the_lease() {
-    let server = RedisServer::start();
-    let holder = client(&server).await;
+    let (server, [holder]) = start_server_with_clients().await;
     let name = unique_key("deleted");
     let lease = Duration::from_millis(1500);
     let guard = ok(
@@ -72,8 +72,7 @@ async fn deleting_the_key_is_noticed_within_about_a_third_of_the_lease() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stolen_lock_is_lost_and_the_body_stops() {
-    let server = RedisServer::start();
-    let holder = client(&server).await;
+    let (server, [holder]) = start_server_with_clients().await;
     let name = unique_key("stolen");
     let guard = ok(
         &server,
@@ -106,11 +105,7 @@ async fn a_stolen_lock_is_lost_and_the_body_stops() {
 async fn a_paused_server_means_loss_before_the_lease_runs_out() {
     let server = RedisServer::start();
     // A fixed, generous drift margin makes "before" observable from outside.
-    let holder = builder(&server)
-        .drift(Duration::from_millis(400))
-        .connect()
-        .await
-        .expect("connect");
+    let holder = connect(builder(&server).drift(Duration::from_millis(400))).await;
     let name = unique_key("paused");
     let lease = Duration::from_secs(3);
     let guard = ok(
@@ -140,9 +135,7 @@ async fn a_paused_server_means_loss_before_the_lease_runs_out() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_restarted_server_means_loss_and_the_client_recovers() {
-    let mut server = RedisServer::start();
-    let holder = client(&server).await;
-    let waiter = client(&server).await;
+    let (mut server, [holder, waiter]) = start_server_with_clients().await;
     let name = unique_key("restart");
     let guard = ok(
         &server,
@@ -217,8 +210,7 @@ async fn a_restarted_server_means_loss_and_the_client_recovers() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_restart_is_noticed_at_once_not_at_the_next_renewal() {
-    let mut server = RedisServer::start();
-    let holder = client(&server).await;
+    let (mut server, [holder]) = start_server_with_clients().await;
     let name = unique_key("restart-long-lease");
     // Next renewal due in 10 s; the dropped connection triggers a check now.
     let lease = Duration::from_secs(30);
@@ -262,11 +254,7 @@ async fn clients_that_met_the_server_after_its_restart_quarantine_only_when_stri
     ok(&server, guard.release().await);
 
     server.restart();
-    let strict = builder(&server)
-        .strict_restart_quarantine(true)
-        .connect()
-        .await
-        .expect("connect");
+    let strict = connect(builder(&server).strict_restart_quarantine(true)).await;
     let refused = strict.lock("fresh").wait(Duration::ZERO).acquire().await;
     assert!(refused.expect_err("strict: quarantined").is_timeout());
     let started = Instant::now();
@@ -283,12 +271,12 @@ async fn clients_that_met_the_server_after_its_restart_quarantine_only_when_stri
 
     // Turned off, nothing waits.
     server.restart();
-    let off = builder(&server)
-        .strict_restart_quarantine(true)
-        .restart_quarantine(Duration::ZERO)
-        .connect()
-        .await
-        .expect("connect");
+    let off = connect(
+        builder(&server)
+            .strict_restart_quarantine(true)
+            .restart_quarantine(Duration::ZERO),
+    )
+    .await;
     let guard = ok(
         &server,
         off.lock("fresh").wait(Duration::ZERO).acquire().await,
@@ -298,8 +286,7 @@ async fn clients_that_met_the_server_after_its_restart_quarantine_only_when_stri
 
 #[tokio::test(flavor = "current_thread")]
 async fn a_holder_frozen_past_its_deadline_learns_it_at_its_next_await() {
-    let server = RedisServer::start();
-    let holder = client(&server).await;
+    let (server, [holder]) = start_server_with_clients().await;
     let name = unique_key("frozen");
     let guard = ok(
         &server,

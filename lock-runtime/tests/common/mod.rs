@@ -1,26 +1,155 @@
 //! Shared set-up for the integration tests: every test starts its own
 //! `redis-server` (lock-testkit) and connects clients to it.
+//!
+//! Most tests need a few lines of set-up:
+//!
+//! ```ignore
+//! let (server, [holder, waiter]) = start_server_with_clients().await;
+//! let name = unique_key("handoff");
+//! let guard = ok(&server, holder.lock(name.as_str()).acquire().await);
+//! ```
+//!
+//! - One server: [`start_server_with_clients`], or [`RedisServer::start`]
+//!   (or `start_with`) and then [`client`] / [`clients`]. For a client with
+//!   other settings, adjust [`builder`] and [`connect`] it.
+//! - Other deployments: [`start_cluster`] with [`cluster_builder`] and
+//!   [`cluster_clients`]; [`start_sentinel_group`] with
+//!   [`sentinel_builder`]; [`redlock_builder`] over
+//!   `RedisServer::start_many`. Every builder starts from [`builder_for`].
+//! - A holder in a child process that the test can kill: [`spawn_holder`]
+//!   in the test, [`holder_client`] in the child.
+//! - Metrics and spans: [`telemetry`].
+//! - Checks: [`ok`] and [`within`] (failures show the server log),
+//!   [`lock_key`], [`spawn_acquire`], [`try_once_when_up`], [`contend`].
+//!
+//! Each test binary compiles this module on its own and uses a part of it.
 #![allow(dead_code)] // each test binary uses a different part
+
+pub mod telemetry;
 
 use std::time::Duration;
 
-use lock_runtime::{LockClient, LockError, LockGuard, LockRequest};
-use lock_testkit::RedisServer;
+use lock_runtime::{Deployment, LockClient, LockClientBuilder, LockError, LockGuard, LockRequest};
+use lock_testkit::{RedisCluster, RedisServer, SentinelGroup};
 
-/// A client with timeouts suited to tests that pause and kill the server.
-pub async fn client(server: &RedisServer) -> LockClient {
-    builder(server).connect().await.expect("connect")
-}
-
-pub fn builder(server: &RedisServer) -> lock_runtime::LockClientBuilder {
-    LockClient::builder(server.url())
+/// The settings every test client starts from, on any deployment: a
+/// 1 s connect timeout, a 500 ms command timeout and the test
+/// [`QUARANTINE`]. Short timeouts make tests that pause and kill servers
+/// fail fast.
+pub fn builder_for(deployment: impl Into<Deployment>) -> LockClientBuilder {
+    LockClient::builder(deployment)
         .connect_timeout(Duration::from_secs(1))
         .command_timeout(Duration::from_millis(500))
         .restart_quarantine(QUARANTINE)
 }
 
+/// Connects `builder`, failing the test if it cannot: for a client with
+/// settings of its own, e.g. `connect(builder(&server).drift(d)).await`.
+pub async fn connect(builder: LockClientBuilder) -> LockClient {
+    builder.connect().await.expect("connect")
+}
+
+/// A client with timeouts suited to tests that pause and kill the server.
+pub async fn client(server: &RedisServer) -> LockClient {
+    connect(builder(server)).await
+}
+
+/// The settings of [`client`], to adjust before [`connect`]ing.
+pub fn builder(server: &RedisServer) -> LockClientBuilder {
+    builder_for(server.url())
+}
+
+/// `N` clients of `server`, each with connections of its own, as from
+/// [`client`] (N is usually inferred: `let [a, b] = clients(&server).await`).
+pub async fn clients<const N: usize>(server: &RedisServer) -> [LockClient; N] {
+    connect_each(|| builder(server)).await
+}
+
+/// Starts a server and connects `N` clients to it, as from [`client`]:
+/// `let (server, [locks]) = start_server_with_clients().await`.
+pub async fn start_server_with_clients<const N: usize>() -> (RedisServer, [LockClient; N]) {
+    let server = RedisServer::start();
+    let clients = clients(&server).await;
+    (server, clients)
+}
+
+/// Connects `N` clients one after the other, each from a fresh `builder()`.
+async fn connect_each<const N: usize>(builder: impl Fn() -> LockClientBuilder) -> [LockClient; N] {
+    let mut clients = Vec::with_capacity(N);
+    for _ in 0..N {
+        clients.push(connect(builder()).await);
+    }
+    clients
+        .try_into()
+        .unwrap_or_else(|_| unreachable!("N clients"))
+}
+
 /// The restart quarantine of test clients: longer than their leases.
 pub const QUARANTINE: Duration = Duration::from_secs(3);
+
+/// Runs a blocking test-kit call (one that waits for a topology to form or
+/// fail over) with `block_in_place`, so that the runtime's other tasks
+/// (renewals, reconnects) go on meanwhile. Needs a multi-thread runtime.
+pub fn blocking<T>(f: impl FnOnce() -> T) -> T {
+    tokio::task::block_in_place(f)
+}
+
+/// Starts a Redis Cluster of `masters` masters with `replicas_per_master`
+/// replicas each (see [`RedisCluster::start`]), off the runtime.
+pub fn start_cluster(masters: usize, replicas_per_master: usize) -> RedisCluster {
+    blocking(|| RedisCluster::start(masters, replicas_per_master))
+}
+
+/// The settings of Cluster test clients: those of [`builder_for`] with a
+/// 1 s command timeout.
+pub fn cluster_builder(cluster: &RedisCluster) -> LockClientBuilder {
+    builder_for(Deployment::cluster(cluster.urls())).command_timeout(Duration::from_secs(1))
+}
+
+/// `N` clients of `cluster` with the settings of [`cluster_builder`].
+pub async fn cluster_clients<const N: usize>(cluster: &RedisCluster) -> [LockClient; N] {
+    connect_each(|| cluster_builder(cluster)).await
+}
+
+/// One lock name per master of `cluster`, with that master's index: names
+/// `{prefix}:{i}` whose keys hash to each master in turn.
+pub fn names_on_every_master(cluster: &RedisCluster, prefix: &str) -> Vec<(String, usize)> {
+    let mut found: Vec<(String, usize)> = Vec::new();
+    for i in 0.. {
+        let name = format!("{prefix}:{i}");
+        let master = cluster.master_for_key(&lock_key(&name));
+        if found.iter().all(|(_, m)| *m != master) {
+            found.push((name, master));
+        }
+        if found.len() == cluster.masters().len() {
+            return found;
+        }
+    }
+    unreachable!()
+}
+
+/// Starts a master with `replicas` replicas watched by `sentinels`
+/// Sentinels (see [`SentinelGroup::start`]), off the runtime.
+pub fn start_sentinel_group(replicas: usize, sentinels: usize) -> SentinelGroup {
+    blocking(|| SentinelGroup::start(replicas, sentinels))
+}
+
+/// The settings of Sentinel test clients: those of [`builder_for`] with a
+/// 1 s command timeout and a 300 ms replica timeout.
+pub fn sentinel_builder(group: &SentinelGroup) -> LockClientBuilder {
+    builder_for(Deployment::sentinel(
+        group.sentinel_urls(),
+        group.service_name(),
+    ))
+    .command_timeout(Duration::from_secs(1))
+    .replica_timeout(Duration::from_millis(300))
+}
+
+/// The settings of Redlock test clients over `masters` (independent
+/// servers, e.g. from `RedisServer::start_many`): those of [`builder_for`].
+pub fn redlock_builder(masters: &[RedisServer]) -> LockClientBuilder {
+    builder_for(Deployment::redlock(masters.iter().map(RedisServer::url)))
+}
 
 /// The Redis key of the lock `name` (see the layout in keys.rs).
 pub fn lock_key(name: &str) -> String {
@@ -58,6 +187,16 @@ pub fn holder_env() -> Option<(String, String)> {
         std::env::var(HOLDER_URL).ok()?,
         std::env::var(HOLDER_NAME).ok()?,
     ))
+}
+
+/// In a holder child process (see [`spawn_holder`]): a client of the
+/// parent's server with the default settings, and the lock name to take.
+/// `None` when the test runs on its own rather than as a child: it should
+/// return at once.
+pub async fn holder_client() -> Option<(LockClient, String)> {
+    let (url, name) = holder_env()?;
+    let locks = LockClient::connect(&url).await.expect("connect");
+    Some((locks, name))
 }
 
 /// Re-runs this test binary's ignored test `test` as a child process that
