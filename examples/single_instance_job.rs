@@ -85,7 +85,7 @@ async fn nightly_report(
 /// One instance: `single_instance_job --instance N --period P`, with `REDIS_URL` set.
 async fn instance(number: u32, period: &str) -> Result<(), Box<dyn std::error::Error>> {
     let url = std::env::var("REDIS_URL")?;
-    lock_runtime::install(LockClient::connect(&url).await?);
+    lock_runtime::install(LockClient::connect(&url).await?)?;
     let mut redis = redis::Client::open(url)?
         .get_multiplexed_async_connection()
         .await?;

@@ -553,7 +553,7 @@ async fn default_client_from_install() {
     assert!(matches!(before, Err(LockError::NotInstalled)), "{before:?}");
 
     let server = RedisServer::start();
-    lock_runtime::install(connect(&server).await);
+    lock_runtime::install(connect(&server).await).expect("the first install");
     let key = with_default_client(&name)
         .await
         .expect("with the installed client");

@@ -1,5 +1,6 @@
 //! The attribute's options: the lock's name (`key` or `keys`), its kind
-//! (`permits`, `mode`, `fair`), `lease`, `wait`, `min_replicas`, `client`
+//! (`permits`, `mode`, `fair`), `lease`, `wait`, the scheduled-job options
+//! (`lock_at_most`, `lock_at_least`, `on_busy`), `min_replicas`, `client`
 //! and `crate`.
 //!
 //! Every option is parsed by one setter that rejects a repeat and checks the
@@ -21,7 +22,7 @@ type Setter = fn(&mut Setters, Expr) -> syn::Result<()>;
 
 /// Every option, in the order the docs list them, with its setter: the one
 /// place an option is named.
-const OPTIONS: [(&str, Setter); 10] = [
+const OPTIONS: [(&str, Setter); 13] = [
     ("key", Setters::set_key),
     ("keys", Setters::set_keys),
     ("permits", Setters::set_permits),
@@ -29,6 +30,9 @@ const OPTIONS: [(&str, Setter); 10] = [
     ("fair", Setters::set_fair),
     ("lease", Setters::set_lease),
     ("wait", Setters::set_wait),
+    ("lock_at_most", Setters::set_lock_at_most),
+    ("lock_at_least", Setters::set_lock_at_least),
+    ("on_busy", Setters::set_on_busy),
     ("min_replicas", Setters::set_min_replicas),
     ("client", Setters::set_client),
     ("crate", Setters::set_crate),
@@ -96,6 +100,17 @@ enum Mode {
     Write,
 }
 
+/// `on_busy = "..."`: what the function returns when the lock stays busy
+/// for the whole wait.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum OnBusy {
+    /// `"error"`, the default: `Err(LockError::Timeout { .. }.into())`.
+    Error,
+    /// `"skip"`: `Ok(None)`, without running the body. The span is the
+    /// value's, where a return type without `Option` is reported.
+    Skip(Span),
+}
+
 /// The options of one attribute.
 pub(crate) struct Options {
     /// `key`'s template, or `keys`'s (at least one).
@@ -105,6 +120,13 @@ pub(crate) struct Options {
     pub(crate) lease: Option<u64>,
     /// Milliseconds; `None` leaves the client's default.
     pub(crate) wait: Option<u64>,
+    /// `lock_at_most`, in milliseconds: the lease, never renewed. Never
+    /// given together with `lease`.
+    pub(crate) lock_at_most: Option<u64>,
+    /// `lock_at_least`, in milliseconds: how long after it was taken the
+    /// lock stays taken, even when the body ends sooner.
+    pub(crate) lock_at_least: Option<u64>,
+    pub(crate) on_busy: OnBusy,
     /// Replicas that must confirm the lock; `None` leaves the client's
     /// setting, `Some(0)` turns it off for this lock.
     pub(crate) min_replicas: Option<u32>,
@@ -175,6 +197,9 @@ impl Options {
             kind,
             lease: setters.lease,
             wait: setters.wait,
+            lock_at_most: setters.lock_at_most,
+            lock_at_least: setters.lock_at_least,
+            on_busy: setters.on_busy.unwrap_or(OnBusy::Error),
             min_replicas: setters.min_replicas,
             client: setters.client,
             krate: setters.krate,
@@ -192,6 +217,9 @@ struct Setters {
     fair: Option<bool>,
     lease: Option<u64>,
     wait: Option<u64>,
+    lock_at_most: Option<u64>,
+    lock_at_least: Option<u64>,
+    on_busy: Option<OnBusy>,
     min_replicas: Option<u32>,
     client: Option<Expr>,
     krate: Option<Path>,
@@ -239,7 +267,19 @@ impl Setters {
     fn check_combinations(&self, errors: &mut Errors) {
         let read = self.mode == Some(Mode::Read);
         let fair = self.fair == Some(true);
-        let rules: [(bool, &str, &str, &str); 8] = [
+        let (at_least, at_most) = (self.lock_at_least, self.lock_at_most);
+        let longer = at_least
+            .zip(at_most)
+            .filter(|(at_least, at_most)| at_least > at_most);
+        let longer_message = longer.map(|(at_least, at_most)| {
+            let (at_least, at_most) = (duration::display(at_least), duration::display(at_most));
+            format!(
+                "`lock_at_least = \"{at_least}\"` is longer than `lock_at_most = \"{at_most}\"`: \
+                 the lock cannot stay taken for {at_least} when it is held for {at_most} at most; \
+                 make `lock_at_least` shorter, or `lock_at_most` longer"
+            )
+        });
+        let rules: [(bool, &str, &str, &str); 12] = [
             (
                 true,
                 "key",
@@ -296,6 +336,36 @@ impl Setters {
                 "keys",
                 "`mode = \"read\"` cannot be used with `keys`: several locks are taken together \
                  exclusively only; remove `mode`, or lock one `key`",
+            ),
+            (
+                true,
+                "lock_at_most",
+                "lease",
+                "`lock_at_most` and `lease` cannot be used together: both set the lock's lease; \
+                 keep `lock_at_most` for a lease that is never renewed (the body is stopped when it \
+                 runs out), or `lease` for one that is renewed while the body runs",
+            ),
+            (
+                longer.is_some(),
+                "lock_at_least",
+                "lock_at_most",
+                longer_message.as_deref().unwrap_or_default(),
+            ),
+            (
+                true,
+                "lock_at_least",
+                "permits",
+                "`lock_at_least` cannot be used with `permits`: it keeps an exclusive or fair lock \
+                 taken after a body that ends early, and a semaphore gives its permit back when the \
+                 body ends; remove `lock_at_least`, or `permits` for a lock",
+            ),
+            (
+                read,
+                "lock_at_least",
+                "mode",
+                "`lock_at_least` cannot be used with `mode = \"read\"`: it keeps an exclusive or \
+                 fair lock taken after a body that ends early, and readers share theirs; \
+                 remove `lock_at_least`, or use `mode = \"write\"`",
             ),
         ];
         for (applies, a, b, message) in rules {
@@ -504,6 +574,74 @@ impl Setters {
     fn set_wait(&mut self, value: Expr) -> syn::Result<()> {
         let (_, ms) = duration_option(&value, "wait", "5s")?;
         self.wait = Some(ms);
+        Ok(())
+    }
+
+    fn set_lock_at_most(&mut self, value: Expr) -> syn::Result<()> {
+        let (lit, ms) = duration_option(&value, "lock_at_most", "10m")?;
+        if ms == 0 {
+            return Err(syn::Error::new(
+                lit.span(),
+                "`lock_at_most` must be longer than zero: it is the longest the lock is held, \
+                 and the body is stopped when it runs out",
+            ));
+        }
+        if ms < MIN_LEASE_MS {
+            return Err(syn::Error::new(
+                lit.span(),
+                format!(
+                    "`lock_at_most = \"{}\"` is too short: it is the lock's lease, and a lease must \
+                     leave time for the round trips to Redis; use at least {}",
+                    duration::display(ms),
+                    duration::display(MIN_LEASE_MS)
+                ),
+            ));
+        }
+        self.lock_at_most = Some(ms);
+        Ok(())
+    }
+
+    fn set_lock_at_least(&mut self, value: Expr) -> syn::Result<()> {
+        let (lit, ms) = duration_option(&value, "lock_at_least", "30s")?;
+        if ms == 0 {
+            return Err(syn::Error::new(
+                lit.span(),
+                "`lock_at_least` must be longer than zero: it is how long after it was taken the lock \
+                 stays taken when the body ends sooner; remove it to release the lock when the body ends",
+            ));
+        }
+        self.lock_at_least = Some(ms);
+        Ok(())
+    }
+
+    fn set_on_busy(&mut self, value: Expr) -> syn::Result<()> {
+        const EXPECTED: &str = "`\"error\"` (return `LockError::Timeout` as an error, the default) \
+                                or `\"skip\"` (return `Ok(None)` without running the body), \
+                                like `on_busy = \"skip\"`";
+        let lit = match &value {
+            // `on_busy = skip`: say which string would work.
+            Expr::Path(path) if path.path.is_ident("skip") || path.path.is_ident("error") => {
+                let word = path.path.segments[0].ident.to_string();
+                return Err(syn::Error::new_spanned(
+                    path,
+                    format!("`on_busy` takes a string: write `on_busy = \"{word}\"`"),
+                ));
+            }
+            value => string(value, "on_busy", EXPECTED)?,
+        };
+        self.on_busy = Some(match lit.value().as_str() {
+            "error" => OnBusy::Error,
+            "skip" => OnBusy::Skip(lit.span()),
+            other => {
+                let hint = did_you_mean(other, ["error", "skip"])
+                    .map(|known| format!("did you mean `\"{known}\"`? "))
+                    .unwrap_or_default();
+                return Err(syn::Error::new(
+                    lit.span(),
+                    format!("unknown `on_busy` value `{other}`; {hint}`on_busy` takes {EXPECTED}"),
+                ));
+            }
+        });
         Ok(())
     }
 
@@ -727,8 +865,8 @@ mod tests {
             "{unknown}"
         );
         assert!(unknown.contains(
-            "`key`, `keys`, `permits`, `mode`, `fair`, `lease`, `wait`, `min_replicas`, \
-             `client` or `crate`"
+            "`key`, `keys`, `permits`, `mode`, `fair`, `lease`, `wait`, `lock_at_most`, \
+             `lock_at_least`, `on_busy`, `min_replicas`, `client` or `crate`"
         ));
         assert!(!error(quote!(key = "k", bogus = 1)).contains("did you mean"));
         assert!(error(quote!(key = "a", key = "b")).contains("`key` is given more than once"));
@@ -958,6 +1096,157 @@ mod tests {
             "{all}"
         );
         assert_eq!(all.lines().count(), 5, "{all}");
+    }
+
+    #[test]
+    fn scheduled_job_options() {
+        let options = Options::parse(quote!(
+            key = "job:report",
+            lock_at_most = "10m",
+            lock_at_least = "30s",
+            on_busy = "skip",
+            wait = "0s",
+        ))
+        .unwrap();
+        assert_eq!(options.lock_at_most, Some(600_000));
+        assert_eq!(options.lock_at_least, Some(30_000));
+        assert!(matches!(options.on_busy, OnBusy::Skip(_)));
+        assert_eq!(options.lease, None);
+
+        let options = Options::parse(quote!(key = "k")).unwrap();
+        assert!(options.lock_at_most.is_none() && options.lock_at_least.is_none());
+        assert!(matches!(options.on_busy, OnBusy::Error));
+        let options = Options::parse(quote!(key = "k", on_busy = "error")).unwrap();
+        assert!(matches!(options.on_busy, OnBusy::Error));
+
+        // `lock_at_least` may exceed a renewed lease, and equal `lock_at_most`.
+        for args in [
+            quote!(key = "k", lease = "1s", lock_at_least = "1m"),
+            quote!(key = "k", lock_at_most = "1m", lock_at_least = "1m"),
+            quote!(key = "k", lock_at_most = "100ms"),
+            quote!(key = "k", lock_at_least = "1ms"),
+            quote!(keys = ["a", "b"], lock_at_least = "1s"),
+            quote!(key = "k", fair = true, lock_at_least = "1s"),
+            quote!(key = "k", mode = "write", lock_at_least = "1s"),
+            quote!(
+                key = "k",
+                permits = 2,
+                lock_at_most = "1s",
+                on_busy = "skip"
+            ),
+            quote!(
+                key = "k",
+                mode = "read",
+                lock_at_most = "1s",
+                on_busy = "skip"
+            ),
+        ] {
+            assert!(Options::parse(args.clone()).is_ok(), "{args}");
+        }
+    }
+
+    #[test]
+    fn rejects_bad_scheduled_job_options() {
+        let cases = [
+            (
+                quote!(key = "k", lock_at_most = 10),
+                "`lock_at_most` takes a duration string with a unit, like `lock_at_most = \"10s\"`",
+            ),
+            (
+                quote!(key = "k", lock_at_most = "0s"),
+                "`lock_at_most` must be longer than zero",
+            ),
+            (
+                quote!(key = "k", lock_at_most = "99ms"),
+                "`lock_at_most = \"99ms\"` is too short",
+            ),
+            (
+                quote!(key = "k", lock_at_most = "10min"),
+                "`lock_at_most`: `10min`: unknown unit `min`",
+            ),
+            (
+                quote!(key = "k", lock_at_least = "9223372036854775808ms"),
+                "`lock_at_least`: `9223372036854775808ms` is too long",
+            ),
+            (
+                quote!(key = "k", lock_at_least = "0ms"),
+                "`lock_at_least` must be longer than zero",
+            ),
+            (
+                quote!(key = "k", lock_at_least = 30),
+                "like `lock_at_least = \"30s\"`",
+            ),
+            (
+                quote!(key = "k", on_busy = "skp"),
+                "unknown `on_busy` value `skp`; did you mean `\"skip\"`? `on_busy` takes `\"error\"`",
+            ),
+            (
+                quote!(key = "k", on_busy = "ignore"),
+                "unknown `on_busy` value `ignore`; `on_busy` takes `\"error\"` (return `LockError::Timeout` \
+                 as an error, the default) or `\"skip\"`",
+            ),
+            (
+                quote!(key = "k", on_busy = skip),
+                "`on_busy` takes a string: write `on_busy = \"skip\"`",
+            ),
+            (
+                quote!(key = "k", on_busy = true),
+                "`on_busy` takes `\"error\"`",
+            ),
+            (
+                quote!(key = "k", on_busy = "skip", on_busy = "skip"),
+                "`on_busy` is given more than once",
+            ),
+            (
+                quote!(key = "k", lock_at_most = "1m", lock_at_most = "2m"),
+                "`lock_at_most` is given more than once",
+            ),
+        ];
+        for (args, expected) in cases {
+            let message = error(args.clone());
+            assert!(message.contains(expected), "{args}: {message}");
+        }
+        assert_eq!(
+            did_you_mean("lock_at_most_for", names()),
+            Some("lock_at_most")
+        );
+        assert_eq!(did_you_mean("lock_at_lest", names()), Some("lock_at_least"));
+        assert_eq!(did_you_mean("on_bussy", names()), Some("on_busy"));
+    }
+
+    #[test]
+    fn rejects_scheduled_job_contradictions_on_the_later_option() {
+        let cases = [
+            (
+                quote!(key = "k", lease = "1m", lock_at_most = "10m"),
+                "`lock_at_most` and `lease` cannot be used together: both set the lock's lease",
+            ),
+            (
+                quote!(key = "k", lock_at_most = "10m", lease = "1m"),
+                "keep `lock_at_most` for a lease that is never renewed",
+            ),
+            (
+                quote!(key = "k", lock_at_most = "30s", lock_at_least = "1m"),
+                "`lock_at_least = \"1m\"` is longer than `lock_at_most = \"30s\"`",
+            ),
+            (
+                quote!(key = "k", lock_at_least = "1m30s", lock_at_most = "1m"),
+                "make `lock_at_least` shorter, or `lock_at_most` longer",
+            ),
+            (
+                quote!(key = "k", permits = 2, lock_at_least = "1s"),
+                "`lock_at_least` cannot be used with `permits`",
+            ),
+            (
+                quote!(key = "k", lock_at_least = "1s", mode = "read"),
+                "`lock_at_least` cannot be used with `mode = \"read\"`",
+            ),
+        ];
+        for (args, expected) in cases {
+            let message = error(args.clone());
+            assert!(message.contains(expected), "{args}: {message}");
+            assert_eq!(message.lines().count(), 1, "{args}: {message}");
+        }
     }
 
     #[test]

@@ -3,9 +3,11 @@
 //! ```text
 //! async fn f(args) -> Result<T, E> {
 //!     let __lock_keys = /* a Vec of keys, each template written with one `write_fmt` */;
-//!     let __lock_acquired = /* acquire_kind on the client: kind, keys, lease, wait, min_replicas */;
+//!     let __lock_acquired = /* acquire_with on the client: kind, keys, __private::Options */;
 //!     let __lock_outcome = match __lock_acquired {   // Result<Result<T, E>, LockError>
 //!         Ok(guard) => __private::run(guard, async move { Ok(async move { body }.await) }).await,
+//!         // on_busy = "skip" only: a busy lock is `Ok(None)`.
+//!         Err(e) if e.is_timeout() => return Ok(None),
 //!         Err(e) => Err(e),
 //!     };
 //!     match __lock_outcome { Ok(result) => result, Err(e) => Err(From::from(e)) }
@@ -18,7 +20,7 @@ use syn::spanned::Spanned as _;
 use syn::visit_mut::VisitMut;
 use syn::{GenericArgument, Ident, PathArguments, Type};
 
-use crate::attr::{Kind, Options};
+use crate::attr::{Kind, OnBusy, Options};
 use crate::key::{Piece, Template};
 use crate::valid::LockedFn;
 
@@ -42,9 +44,7 @@ pub(crate) fn function(function: &LockedFn, options: &Options, ret: &Type) -> To
     let error = local("__lock_error");
 
     let kind = kind(options.kind, &private);
-    let lease = duration(options.lease);
-    let wait = duration(options.wait);
-    let replicas = replicas(options.min_replicas);
+    let lock_options = lock_options(options, &private);
     let acquire = match &options.client {
         // A clone, so that temporaries of the expression (a mutex guard, a
         // borrow of `self`) end here, before any `.await`. A reference, an
@@ -61,14 +61,14 @@ pub(crate) fn function(function: &LockedFn, options: &Options, ret: &Type) -> To
                 #[allow(clippy::clone_on_copy, clippy::redundant_clone)]
                 let #client = #clone;
                 let #client_ref: &#private::LockClient = #borrow;
-                #private::acquire_kind(#client_ref, #kind, #keys, #lease, #wait, #replicas).await
+                #private::acquire_with(#client_ref, #kind, #keys, #lock_options).await
             }}
         }
         None => quote! {{
             let #client = #private::default_client();
             match #client {
                 ::core::result::Result::Ok(#client) => {
-                    #private::acquire_kind(&#client, #kind, #keys, #lease, #wait, #replicas).await
+                    #private::acquire_with(&#client, #kind, #keys, #lock_options).await
                 }
                 ::core::result::Result::Err(#error) => ::core::result::Result::Err(#error),
             }
@@ -106,6 +106,10 @@ pub(crate) fn function(function: &LockedFn, options: &Options, ret: &Type) -> To
         let #converted = ::core::convert::From::from(#unconverted);
     };
     let fake_return = fake_return(ret);
+    let skip = match options.on_busy {
+        OnBusy::Error => None,
+        OnBusy::Skip(span) => Some(skip_arm(&error, &private, span)),
+    };
     let outcome = local("__lock_outcome");
     let result = local("__lock_result");
     quote! {
@@ -127,6 +131,7 @@ pub(crate) fn function(function: &LockedFn, options: &Options, ret: &Type) -> To
                     })
                     .await
                 }
+                #skip
                 ::core::result::Result::Err(#error) => ::core::result::Result::Err(#error),
             };
             match #outcome {
@@ -153,6 +158,52 @@ fn duration(ms: Option<u64>) -> TokenStream {
             quote!(::core::option::Option::Some(::core::time::Duration::from_millis(#ms)))
         }
         None => quote!(::core::option::Option::None),
+    }
+}
+
+/// The runtime's `Options` of the lock: every field written out, each a
+/// constant.
+fn lock_options(options: &Options, private: &TokenStream) -> TokenStream {
+    // `lock_at_most` is the lease, never renewed; the two are never given
+    // together.
+    let lease = duration(options.lease.or(options.lock_at_most));
+    let fixed_lease = options.lock_at_most.is_some();
+    let wait = duration(options.wait);
+    let replicas = replicas(options.min_replicas);
+    let at_least = duration(options.lock_at_least);
+    quote! {
+        #private::Options {
+            lease: #lease,
+            wait: #wait,
+            min_replicas: #replicas,
+            at_least: #at_least,
+            fixed_lease: #fixed_lease,
+        }
+    }
+}
+
+/// For `on_busy = "skip"`: the arm that returns `Ok(None)` from the
+/// function when the lock stayed busy for the whole wait.
+///
+/// `None` is made by the runtime's `__private::OnBusySkip`, implemented
+/// for `Option<T>` only, its call spanned on the option's value: when the
+/// function's `T` is not an `Option`, the error is reported on
+/// `on_busy = "skip"` with the trait's message (it needs `Result<Option<T>,
+/// E>`), instead of a type mismatch inside the macro. The message is the
+/// trait's `#[diagnostic::on_unimplemented]`, in the runtime crate, so the
+/// expansion carries no tool attribute (whose path would not resolve in a
+/// `#![no_implicit_prelude]` module, or next to a module named
+/// `diagnostic`).
+fn skip_arm(error: &Ident, private: &TokenStream, span: Span) -> TokenStream {
+    // Spanned on `"skip"`: a function that does not return
+    // `Result<Option<T>, E>` gets the trait's message there.
+    let skipped = quote_spanned! {span=>
+        <_ as #private::OnBusySkip>::skipped()
+    };
+    quote! {
+        ::core::result::Result::Err(#error) if #private::LockError::is_timeout(&#error) => {
+            return ::core::result::Result::Ok(#skipped);
+        }
     }
 }
 
@@ -415,7 +466,7 @@ mod tests {
             code.contains("__private :: Kind :: Permits (3u32)"),
             "{code}"
         );
-        assert!(code.contains("__private :: acquire_kind"), "{code}");
+        assert!(code.contains("__private :: acquire_with"), "{code}");
     }
 
     #[test]
@@ -449,25 +500,119 @@ mod tests {
             }
         );
         for (args, passed) in [
-            (
-                quote!(key = "k", min_replicas = 2),
-                "Option :: Some (2u32))",
-            ),
+            (quote!(key = "k", min_replicas = 2), "Option :: Some (2u32)"),
             // 0 is passed too: it turns the client's setting off.
-            (
-                quote!(key = "k", min_replicas = 0),
-                "Option :: Some (0u32))",
-            ),
-            (quote!(key = "k"), "Option :: None)"),
+            (quote!(key = "k", min_replicas = 0), "Option :: Some (0u32)"),
+            (quote!(key = "k"), "Option :: None"),
         ] {
             let code = expand(args.clone(), function.clone());
-            // The last argument of `acquire_kind`.
-            let call = code
-                .find("acquire_kind")
-                .map(|at| &code[at..])
+            let options = lock_options(&code);
+            let field = options
+                .split(" , ")
+                .find(|field| field.starts_with("min_replicas :"))
                 .unwrap_or_else(|| panic!("{code}"));
-            let end = call.find(". await").unwrap_or_else(|| panic!("{code}"));
-            assert!(call[..end].trim_end().ends_with(passed), "{args}: {code}");
+            assert!(field.ends_with(passed), "{args}: {options}");
+        }
+    }
+
+    /// The `__private :: Options { .. }` passed to `acquire_with`.
+    fn lock_options(code: &str) -> &str {
+        let start = code
+            .find("__private :: Options {")
+            .unwrap_or_else(|| panic!("no options: {code}"));
+        let options = &code[start..];
+        let end = options.find(", }").unwrap_or_else(|| panic!("{code}"));
+        &options[..end + 3]
+    }
+
+    fn plain() -> TokenStream {
+        quote!(
+            async fn f() -> Result<(), E> {
+                Ok(())
+            }
+        )
+    }
+
+    #[test]
+    fn acquire_with_gets_every_option() {
+        let code = expand(quote!(key = "k"), plain());
+        assert!(!code.contains("acquire_kind"), "{code}");
+        assert_eq!(
+            lock_options(&code),
+            "__private :: Options { \
+             lease : :: core :: option :: Option :: None , \
+             wait : :: core :: option :: Option :: None , \
+             min_replicas : :: core :: option :: Option :: None , \
+             at_least : :: core :: option :: Option :: None , \
+             fixed_lease : false , }"
+        );
+        let code = expand(
+            quote!(key = "k", lease = "1m", wait = "2s", min_replicas = 1),
+            plain(),
+        );
+        let options = lock_options(&code);
+        assert!(
+            options.contains("lease : :: core :: option :: Option :: Some (:: core :: time :: Duration :: from_millis (60000u64))"),
+            "{options}"
+        );
+        assert!(options.contains("from_millis (2000u64)"), "{options}");
+        assert!(options.contains("fixed_lease : false"), "{options}");
+    }
+
+    #[test]
+    fn lock_at_most_is_a_fixed_lease_and_lock_at_least_a_minimum() {
+        let code = expand(
+            quote!(key = "k", lock_at_most = "10m", lock_at_least = "30s"),
+            plain(),
+        );
+        let options = lock_options(&code);
+        assert!(
+            options.contains("lease : :: core :: option :: Option :: Some (:: core :: time :: Duration :: from_millis (600000u64))"),
+            "{options}"
+        );
+        assert!(
+            options.contains("at_least : :: core :: option :: Option :: Some (:: core :: time :: Duration :: from_millis (30000u64))"),
+            "{options}"
+        );
+        assert!(options.contains("fixed_lease : true"), "{options}");
+        // `lock_at_least` alone leaves the lease renewed.
+        let code = expand(quote!(key = "k", lock_at_least = "1s"), plain());
+        let options = lock_options(&code);
+        assert!(
+            options.contains("lease : :: core :: option :: Option :: None"),
+            "{options}"
+        );
+        assert!(options.contains("from_millis (1000u64)"), "{options}");
+        assert!(options.contains("fixed_lease : false"), "{options}");
+    }
+
+    #[test]
+    fn on_busy_skip_returns_none_on_a_timeout_only() {
+        let skipping = quote!(
+            async fn f() -> Result<Option<u8>, E> {
+                Ok(Some(1))
+            }
+        );
+        let code = expand(quote!(key = "k", on_busy = "skip"), skipping.clone());
+        let arm = "if :: lock_runtime :: __private :: LockError :: is_timeout (& __lock_error)";
+        let at = code.find(arm).unwrap_or_else(|| panic!("{code}"));
+        let after = &code[at..];
+        assert!(
+            after.contains("return :: core :: result :: Result :: Ok (< _ as :: lock_runtime :: __private :: OnBusySkip > :: skipped ())"),
+            "{code}"
+        );
+        // Any other error is still converted and returned.
+        let other = after
+            .find(":: core :: result :: Result :: Err (__lock_error) => :: core :: result :: Result :: Err (__lock_error)")
+            .unwrap_or_else(|| panic!("{code}"));
+        assert!(other > 0);
+        // No tool attribute: its path would not resolve everywhere.
+        assert!(!code.contains("diagnostic"), "{code}");
+
+        for args in [quote!(key = "k"), quote!(key = "k", on_busy = "error")] {
+            let code = expand(args.clone(), plain());
+            assert!(!code.contains("is_timeout"), "{args}: {code}");
+            assert!(!code.contains("OnBusySkip"), "{args}: {code}");
         }
     }
 

@@ -25,7 +25,7 @@ use quote::quote;
 /// #[tokio::main]
 /// async fn main() -> Result<(), AppError> {
 ///     let locks = LockClient::connect("redis://127.0.0.1:6379").await?;
-///     lock_runtime::install(locks); // the client the attribute uses by default
+///     lock_runtime::install(locks)?; // the client the attribute uses by default
 ///     settle(42, &Db).await?;
 ///     Ok(())
 /// }
@@ -71,6 +71,9 @@ use quote::quote;
 /// | `fair` | `true` or `false` | `false` |
 /// | `lease` | duration string | the client's default lease (30 s unless set on the builder) |
 /// | `wait` | duration string; `"0s"` tries once | the client's default wait (10 s unless set on the builder) |
+/// | `lock_at_most` | duration string, instead of `lease`: a lease that is never renewed | the lease is renewed while the body runs |
+/// | `lock_at_least` | duration string | the lock is given back when the body ends |
+/// | `on_busy` | `"error"` or `"skip"` | `"error"` |
 /// | `min_replicas` | whole number; `0` turns the client's setting off | the client's `min_replicas` (0 unless set on the builder) |
 /// | `client` | expression giving a `LockClient` | the client passed to `lock_runtime::install` |
 /// | `crate` | path string | `"::lock_runtime"` |
@@ -226,6 +229,95 @@ use quote::quote;
 /// }
 /// ```
 ///
+/// ## `lock_at_most`
+///
+/// The lock's lease, as a hard upper bound: the lock is not renewed while
+/// the body runs, so it is held for `lock_at_most` at most, whatever
+/// happens to the holder. When it runs out before the body ends, the body
+/// is stopped at its next `.await` and the function returns
+/// `Err(LockError::Lost { .. }.into())` (see [below](#when-the-lock-is-lost)).
+/// For scheduled jobs that must not hold their lock longer than a bound
+/// (ShedLock's `lockAtMostFor`): give it a value well above the job's
+/// normal run time. Written like `lease`, and checked the same way (zero,
+/// an unknown unit, an overflow, or less than 100 ms is an error); it sets
+/// the lease, so it cannot be used with `lease`.
+///
+/// ```
+/// # use lock_runtime::{distributed_lock, LockError};
+/// // Held ten minutes at most, even if the report hangs.
+/// #[distributed_lock(key = "job:nightly-report", lock_at_most = "10m")]
+/// async fn nightly_report() -> Result<(), LockError> {
+///     Ok(())
+/// }
+/// ```
+///
+/// ## `lock_at_least`
+///
+/// Keeps the lock taken until `lock_at_least` after it was taken, even when
+/// the body ends sooner: a job that finishes in a few milliseconds is then
+/// not run again by another instance whose schedule fires a little later
+/// (ShedLock's `lockAtLeastFor`). A body that runs longer releases the lock
+/// when it ends, as usual. Written like `lease`; zero is an error, and so
+/// is a value above `lock_at_most`. It applies to exclusive and fair locks
+/// (`key`, `keys`, `mode = "write"`, `fair = true`): with `permits` or
+/// `mode = "read"` it is an error.
+///
+/// ```
+/// # use lock_runtime::{distributed_lock, LockError};
+/// // Every instance fires each minute; the cleanup runs once per minute.
+/// #[distributed_lock(key = "job:cleanup", lock_at_least = "30s", wait = "0s")]
+/// async fn cleanup() -> Result<(), LockError> {
+///     Ok(())
+/// }
+/// ```
+///
+/// ## `on_busy`
+///
+/// What the function returns when the lock stays held by someone else for
+/// the whole `wait`. `"error"`, the default, returns
+/// `Err(LockError::Timeout { .. }.into())` (see [below](#when-the-lock-is-busy-timeout)).
+/// `"skip"` returns `Ok(None)` without running the body, so a job that must
+/// run at most once per tick tells "another instance has it" from a
+/// failure. The function then returns `Result<Option<T>, E>`, and so does
+/// its body, as written (`Ok(Some(..))` when it ran); any other return type
+/// is a compile error on `on_busy = "skip"`. Other errors, a lost lock
+/// included, are still returned as errors. With `wait = "0s"`, a busy lock
+/// is skipped at once.
+///
+/// ```no_run
+/// use lock_runtime::{distributed_lock, LockError};
+///
+/// #[distributed_lock(
+///     key = "job:invoices",
+///     wait = "0s",
+///     on_busy = "skip",
+///     lock_at_most = "10m",
+///     lock_at_least = "30s"
+/// )]
+/// async fn send_invoices() -> Result<Option<usize>, LockError> {
+///     let sent = 12; // ... the job ...
+///     Ok(Some(sent))
+/// }
+///
+/// # async fn tick() -> Result<(), LockError> {
+/// match send_invoices().await? {
+///     Some(sent) => println!("sent {sent} invoices"),
+///     None => println!("another instance has the job"),
+/// }
+/// # Ok(())
+/// # }
+/// ```
+///
+/// ```compile_fail,E0277
+/// # use lock_runtime::{distributed_lock, LockError};
+/// // error[E0277]: `on_busy = "skip"` needs the function to return
+/// //               `Result<Option<T>, E>`, not `Result<(), E>` (on `"skip"`)
+/// #[distributed_lock(key = "job:invoices", on_busy = "skip")]
+/// async fn send_invoices() -> Result<(), LockError> {
+///     Ok(())
+/// }
+/// ```
+///
 /// ## `min_replicas`
 ///
 /// How many replicas of the Redis master must have the lock before the body
@@ -308,7 +400,8 @@ use quote::quote;
 ///
 /// When the lock stays held by someone else for the whole `wait`, the body
 /// does not run, and the function returns
-/// `Err(LockError::Timeout { .. }.into())`:
+/// `Err(LockError::Timeout { .. }.into())` (or `Ok(None)` with
+/// [`on_busy = "skip"`](#on_busy)):
 ///
 /// ```no_run
 /// # use lock_runtime::{distributed_lock, LockError};
@@ -331,7 +424,8 @@ use quote::quote;
 ///
 /// If the lock is lost while the body runs (a renewal finds it deleted or
 /// taken over, or Redis stays unreachable until the lease could have run
-/// out), the body is dropped at its next `.await` and the function returns
+/// out, or a [`lock_at_most`](#lock_at_most) runs out), the body is dropped
+/// at its next `.await` and the function returns
 /// `Err(LockError::Lost { .. }.into())`. Mutual exclusion is the promise: a
 /// body that kept running without its lock would break it. Code between two
 /// `.await`s still runs to the next one, so storage that must reject stale
@@ -390,7 +484,11 @@ use quote::quote;
 /// - `fair = true` with `mode` (read-write locks are not fair, and a fair
 ///   lock is not their write side);
 /// - `mode = "read"` or `fair = true` with `keys` (several locks are taken
-///   together exclusively).
+///   together exclusively);
+/// - `lock_at_most` with `lease` (both set the lease), and `lock_at_least`
+///   longer than `lock_at_most`;
+/// - `lock_at_least` with `permits` or `mode = "read"` (it keeps an
+///   exclusive or fair lock taken).
 ///
 /// ```compile_fail
 /// # use lock_runtime::{distributed_lock, LockError};
@@ -459,6 +557,14 @@ use quote::quote;
 /// | `key = "…", mode = "read"` | [`locks.read_lock(key)`](../lock_runtime/struct.LockClient.html#method.read_lock) |
 /// | `key = "…", mode = "write"` | [`locks.write_lock(key)`](../lock_runtime/struct.LockClient.html#method.write_lock), the same as `lock` |
 /// | `key = "…", fair = true` | [`locks.fair_lock(key)`](../lock_runtime/struct.LockClient.html#method.fair_lock) |
+///
+/// and the options of scheduled jobs are options of the request:
+///
+/// | attribute | runtime |
+/// |---|---|
+/// | `lock_at_most = "10m"` | [`.lease(d).fixed_lease()`](../lock_runtime/struct.LockRequest.html#method.fixed_lease) |
+/// | `lock_at_least = "30s"` | [`.hold_at_least(d)`](../lock_runtime/struct.LockRequest.html#method.hold_at_least) |
+/// | `on_busy = "skip"` | `Err(e) if e.is_timeout()` from `acquire` becomes `Ok(None)`; with `wait = "0s"`, [`.try_acquire()`](../lock_runtime/struct.LockRequest.html#method.try_acquire) |
 ///
 /// The attribute does one thing more: when releasing fails because Redis
 /// cannot be reached, it keeps the body's result (the lock then expires

@@ -110,6 +110,9 @@ conformance! {
     lock_all_takes_every_lock_or_none,
     the_attribute_runs_the_body_under_the_lock,
     a_forced_release_stops_the_body_and_the_lock_is_listed_until_then,
+    try_acquire_says_none_while_the_lock_is_taken,
+    a_fixed_lease_is_a_hard_bound_unless_extended,
+    a_lock_held_at_least_stays_taken_after_an_early_release,
 }
 
 async fn contending_clients_exclude_each_other_and_fences_grow(store: Store) {
@@ -464,4 +467,108 @@ async fn a_client_that_met_the_store_after_its_loss_does_not_open_the_quarantine
         .acquire()
         .await);
     store.ok(again.release().await);
+}
+
+async fn try_acquire_says_none_while_the_lock_is_taken(store: Store) {
+    let (holder, other) = (store.client().await, store.client().await);
+    let name = unique_key("try");
+    let guard = store
+        .ok(holder.lock(name.as_str()).try_acquire().await)
+        .expect("a free lock is taken");
+    let started = Instant::now();
+    let busy = store.ok(other
+        .lock(name.as_str())
+        .wait(Duration::from_secs(30))
+        .try_acquire()
+        .await);
+    assert!(busy.is_none(), "taken by another client");
+    // Tried once: the request's wait is not used.
+    assert!(started.elapsed() < Duration::from_secs(10));
+    store.ok(guard.release().await);
+    let taken = store.ok(other.lock(name.as_str()).try_acquire().await);
+    assert!(taken.is_some(), "free again after the release");
+}
+
+async fn a_fixed_lease_is_a_hard_bound_unless_extended(store: Store) {
+    let (holder, other) = (store.client().await, store.client().await);
+    let name = unique_key("fixed");
+    let lease = Duration::from_millis(600);
+    let fixed = |client: &LockClient| client.lock(name.as_str()).lease(lease).fixed_lease();
+
+    // Not renewed: lost when the lease runs out, and free in Redis then.
+    let guard = store.ok(fixed(&holder).acquire().await);
+    store
+        .within(Duration::from_secs(10), "loss at the lease", guard.lost())
+        .await;
+    assert!(guard.lost_error().is_lost());
+    let next = store.ok(other.lock(name.as_str()).acquire().await);
+    store.ok(next.release().await);
+    drop(guard);
+
+    // Extended by hand: held past its first lease, then lost at the new one.
+    let guard = store.ok(fixed(&holder).acquire().await);
+    let extended = Instant::now();
+    store.ok(guard.extend(Duration::from_secs(3)).await);
+    tokio::time::sleep(lease * 2).await;
+    assert!(!guard.is_lost(), "extended past its first lease");
+    busy(other.lock(name.as_str()), "extended").await;
+    store
+        .within(
+            Duration::from_secs(10),
+            "loss at the extension",
+            guard.lost(),
+        )
+        .await;
+    assert!(extended.elapsed() >= Duration::from_secs(2));
+    drop(guard);
+
+    // An extension below the minimum lease is refused.
+    let guard = store.ok(fixed(&holder).wait(Duration::from_secs(10)).acquire().await);
+    let refused = guard.extend(Duration::from_millis(1)).await;
+    assert!(matches!(refused, Err(LockError::Config(_))), "{refused:?}");
+    store.ok(guard.release().await);
+}
+
+async fn a_lock_held_at_least_stays_taken_after_an_early_release(store: Store) {
+    let (holder, other) = (store.client().await, store.client().await);
+    let name = unique_key("atleast");
+    let at_least = Duration::from_millis(1500);
+    let acquired = Instant::now();
+    let guard = store.ok(holder
+        .lock(name.as_str())
+        .hold_at_least(at_least)
+        .acquire()
+        .await);
+    store.ok(guard.release().await);
+    busy(other.lock(name.as_str()), "kept after the release").await;
+    let waited = store.ok(other
+        .lock(name.as_str())
+        .wait(Duration::from_secs(20))
+        .acquire()
+        .await);
+    assert!(
+        acquired.elapsed() >= at_least - Duration::from_millis(100),
+        "taken again {:?} after the first acquisition",
+        acquired.elapsed()
+    );
+    store.ok(waited.release().await);
+
+    // Released after the minimum: freed at once.
+    let guard = store.ok(holder
+        .lock(name.as_str())
+        .hold_at_least(Duration::from_millis(200))
+        .acquire()
+        .await);
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    store.ok(guard.release().await);
+    let again = store.ok(other.lock(name.as_str()).try_acquire().await);
+    assert!(again.is_some(), "free at once after the minimum");
+
+    // Not for a semaphore or a read lock.
+    let refused = holder
+        .semaphore(name.as_str(), 2)
+        .hold_at_least(at_least)
+        .acquire()
+        .await;
+    assert!(matches!(refused, Err(LockError::Config(_))), "{refused:?}");
 }

@@ -10,17 +10,33 @@ use lock_testkit::unique_key;
 
 // One test: the default client is process-wide state.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn install_sets_the_default_client_and_current_names_the_held_lock() {
+async fn install_sets_the_default_client_once_and_current_names_the_held_lock() {
     assert!(matches!(
         lock_runtime::installed(),
         Err(LockError::NotInstalled)
     ));
     assert!(lock_runtime::current().is_none());
 
-    let (server, [locks]) = start_server_with_clients().await;
-    lock_runtime::install(locks.clone());
+    let (server, [locks, other]) = start_server_with_clients().await;
+    lock_runtime::install(locks.clone()).expect("the first install");
     let installed = lock_runtime::installed().expect("installed");
     assert_eq!(installed.id(), locks.id());
+
+    // A second install is refused, like tracing's set_global_default, and
+    // the first client stays the default.
+    let again = lock_runtime::install(other.clone());
+    assert!(
+        matches!(&again, Err(LockError::Config(message)) if message.contains("installed already")),
+        "{again:?}"
+    );
+    assert_eq!(
+        lock_runtime::installed().expect("installed").id(),
+        locks.id()
+    );
+    // The refused client is still a working client of its own.
+    let name = unique_key("refused");
+    let guard = ok(&server, other.lock(name.as_str()).acquire().await);
+    ok(&server, guard.release().await);
 
     let outer_name = unique_key("outer");
     let inner_name = unique_key("inner");

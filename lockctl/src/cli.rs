@@ -1,14 +1,38 @@
 //! The command line: deployments, options and commands.
 
+use std::env::VarError;
+use std::path::PathBuf;
+
 use clap::{Args, Parser, Subcommand};
 use lock_runtime::Deployment;
 
-/// What `--help` says about exit codes; also the contract the tests check.
-const EXIT_CODES: &str = "\
+use crate::secret::{Redactor, with_password};
+
+/// The password for every URL of the deployment.
+pub(crate) const PASSWORD_ENV: &str = "LOCKCTL_PASSWORD";
+/// The server when no deployment option is given.
+pub(crate) const URL_ENV: &str = "LOCKCTL_URL";
+/// The server when neither a deployment option nor `LOCKCTL_URL` is given.
+pub(crate) const REDIS_URL_ENV: &str = "REDIS_URL";
+/// The server when none is named anywhere.
+const DEFAULT_URL: &str = "redis://127.0.0.1:6379";
+
+/// What `--help` says after the options: the environment, and the exit
+/// codes (also the contract the tests check).
+const AFTER_HELP: &str = "\
+Environment:
+  LOCKCTL_PASSWORD  the password for every URL of the deployment (the server, the cluster
+                    seeds, the sentinels, the Redlock masters), so that it is not on the
+                    command line where `ps` shows it; lockctl never prints it. A password
+                    written in a URL wins over it for that URL.
+  LOCKCTL_URL       the server when no --url, --cluster, --sentinel or --redlock is given
+  REDIS_URL         the same, when LOCKCTL_URL is not set either
+  NO_COLOR          no colors
+
 Exit codes:
   0  done (for `inspect`: the lock is held or waited for; for `release`: it was released)
   1  Redis could not be reached or answered with an error
-  2  bad usage, including `release` without --force
+  2  bad usage, including `release` without --force, or an unreadable --tls-ca file
   3  `inspect` or `release`: nobody holds the lock
   4  `release`: not confirmed at the prompt";
 
@@ -19,7 +43,7 @@ Exit codes:
 /// `#[distributed_lock]`), under the prefix the clients use (`--prefix`,
 /// default `lock:`).
 #[derive(Debug, Parser)]
-#[command(name = "lockctl", version, after_help = EXIT_CODES)]
+#[command(name = "lockctl", version, after_help = AFTER_HELP)]
 pub(crate) struct Cli {
     #[command(flatten)]
     pub(crate) target: Target,
@@ -27,6 +51,12 @@ pub(crate) struct Cli {
     /// The master's name in the sentinels' configuration (with `--sentinel`).
     #[arg(long, value_name = "NAME")]
     pub(crate) service: Option<String>,
+
+    /// Trust the CA certificates in this PEM file for `rediss://` URLs,
+    /// instead of the system's roots: for servers whose certificate comes
+    /// from a private CA.
+    #[arg(long, value_name = "PEM_FILE")]
+    pub(crate) tls_ca: Option<PathBuf>,
 
     /// The key prefix the lock clients use.
     #[arg(long, global = true, default_value = "lock:", value_name = "PREFIX")]
@@ -41,11 +71,14 @@ pub(crate) struct Cli {
 }
 
 /// Where the locks live: at most one of these, before the command
-/// (default: `--url redis://127.0.0.1:6379`).
+/// (default: `--url` from LOCKCTL_URL, else REDIS_URL, else
+/// `redis://127.0.0.1:6379`). The password comes from the URLs or
+/// LOCKCTL_PASSWORD.
 #[derive(Debug, Args)]
 #[group(multiple = false)]
 pub(crate) struct Target {
-    /// One Redis server.
+    /// One Redis server [default: $LOCKCTL_URL, else $REDIS_URL, else
+    /// redis://127.0.0.1:6379].
     #[arg(long, value_name = "URL")]
     url: Option<String>,
 
@@ -67,23 +100,117 @@ pub(crate) struct Target {
     redlock: Vec<String>,
 }
 
-impl Target {
-    /// The deployment these options name.
-    pub(crate) fn deployment(&self, service: Option<&str>) -> Deployment {
-        if !self.cluster.is_empty() {
-            Deployment::cluster(self.cluster.clone())
-        } else if !self.sentinel.is_empty() {
-            Deployment::sentinel(self.sentinel.clone(), service.unwrap_or_default())
-        } else if !self.redlock.is_empty() {
-            Deployment::redlock(self.redlock.clone())
-        } else {
-            Deployment::from(
-                self.url
-                    .clone()
-                    .unwrap_or_else(|| "redis://127.0.0.1:6379".to_owned()),
-            )
-        }
+/// What lockctl takes from its environment.
+#[derive(Debug, Default)]
+pub(crate) struct Env {
+    /// `LOCKCTL_PASSWORD`.
+    pub(crate) password: Option<String>,
+    /// `LOCKCTL_URL`, else `REDIS_URL`.
+    pub(crate) url: Option<String>,
+}
+
+impl Env {
+    /// Reads the variables; an empty one counts as unset.
+    pub(crate) fn read() -> Result<Env, String> {
+        let var = |name: &str| match std::env::var(name) {
+            Ok(value) if !value.is_empty() => Ok(Some(value)),
+            Ok(_) | Err(VarError::NotPresent) => Ok(None),
+            Err(VarError::NotUnicode(_)) => Err(format!("{name} is not valid UTF-8")),
+        };
+        let url = match var(URL_ENV)? {
+            Some(url) => Some(url),
+            None => var(REDIS_URL_ENV)?,
+        };
+        Ok(Env {
+            password: var(PASSWORD_ENV)?,
+            url,
+        })
     }
+}
+
+/// How to connect, and what never to print (no `Debug`: it holds the
+/// password).
+pub(crate) struct Connection {
+    /// The deployment, with the password in each of its URLs.
+    pub(crate) deployment: Deployment,
+    /// The PEM file of `--tls-ca`, read.
+    pub(crate) tls_roots: Option<Vec<u8>>,
+    /// Hides the passwords in messages.
+    pub(crate) redactor: Redactor,
+}
+
+impl Cli {
+    /// The deployment the options and `env` name, with the password of
+    /// `env` in every URL that has none, and the `--tls-ca` file read.
+    /// Errors are usage errors, and name no password.
+    pub(crate) fn connection(&self, env: &Env) -> Result<Connection, String> {
+        let target = &self.target;
+        let named = |urls: &[String]| -> Vec<String> {
+            urls.iter()
+                .map(|url| match &env.password {
+                    Some(password) => with_password(url, password),
+                    None => url.clone(),
+                })
+                .collect()
+        };
+        let (deployment, urls) = if !target.cluster.is_empty() {
+            let urls = named(&target.cluster);
+            (Deployment::cluster(urls.clone()), urls)
+        } else if !target.sentinel.is_empty() {
+            let urls = named(&target.sentinel);
+            let service = self.service.clone().unwrap_or_default();
+            (Deployment::sentinel(urls.clone(), service), urls)
+        } else if !target.redlock.is_empty() {
+            let urls = named(&target.redlock);
+            (Deployment::redlock(urls.clone()), urls)
+        } else {
+            let url = target
+                .url
+                .clone()
+                .or_else(|| env.url.clone())
+                .unwrap_or_else(|| DEFAULT_URL.to_owned());
+            let urls = named(&[url]);
+            (Deployment::from(urls[0].clone()), urls)
+        };
+        let redactor = Redactor::new(env.password.as_deref(), &urls);
+        let tls_roots = match &self.tls_ca {
+            None => None,
+            Some(path) => {
+                let pem = read_pem(path)?;
+                let tls = urls.iter().any(|url| {
+                    let url = url.to_ascii_lowercase();
+                    url.starts_with("rediss://") || url.starts_with("valkeys://")
+                });
+                if !tls {
+                    return Err(
+                        "--tls-ca is for `rediss://` URLs, and the deployment has none \
+                         (a `rediss://host:port` URL turns TLS on)"
+                            .to_owned(),
+                    );
+                }
+                Some(pem)
+            }
+        };
+        Ok(Connection {
+            deployment,
+            tls_roots,
+            redactor,
+        })
+    }
+}
+
+/// The contents of a PEM file with at least one certificate in it.
+fn read_pem(path: &std::path::Path) -> Result<Vec<u8>, String> {
+    let pem = std::fs::read(path)
+        .map_err(|err| format!("cannot read the --tls-ca file `{}`: {err}", path.display()))?;
+    let marker = b"-----BEGIN CERTIFICATE-----";
+    if !pem.windows(marker.len()).any(|window| window == marker) {
+        return Err(format!(
+            "the --tls-ca file `{}` holds no PEM certificate (no `-----BEGIN CERTIFICATE-----` line)",
+            path.display()
+        ));
+    }
+    Ok(pem)
 }
 
 #[derive(Debug, Subcommand)]

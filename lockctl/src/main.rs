@@ -2,8 +2,12 @@
 //!
 //! ```text
 //! lockctl [--url URL | --cluster URL,.. | --sentinel URL,.. --service NAME | --redlock URL,..]
-//!         [--prefix P] [--json] <list [PATTERN] | inspect NAME | watch NAME | release NAME --force>
+//!         [--tls-ca PEM_FILE] [--prefix P] [--json]
+//!         <list [PATTERN] | inspect NAME | watch NAME | release NAME --force>
 //! ```
+//!
+//! The password comes from the URLs or `LOCKCTL_PASSWORD`, the server from
+//! `--url` or `LOCKCTL_URL` or `REDIS_URL`.
 //!
 //! Everything goes through [`lock_runtime::LockClient`]'s operator API
 //! (`list`, `inspect`, `watch`, `force_release`), so lockctl reads the keys
@@ -11,16 +15,18 @@
 
 mod cli;
 mod render;
+mod secret;
 
 use std::io::{IsTerminal, Write};
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use clap::Parser;
-use lock_runtime::{LockClient, LockError, LockInfo};
+use lock_runtime::{LockClient, LockClientBuilder, LockError, LockInfo};
 
-use cli::{Cli, Command};
+use cli::{Cli, Command, Connection, Env};
 use render::Paint;
+use secret::Redactor;
 
 /// Exit codes, as `--help` lists them.
 const FAILED: u8 = 1;
@@ -59,14 +65,30 @@ impl From<LockError> for Outcome {
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> ExitCode {
     let cli = Cli::parse();
-    let outcome = run(cli).await.unwrap_or_else(Outcome::from);
+    let connection = Env::read().and_then(|env| cli.connection(&env));
+    let (outcome, redactor) = match connection {
+        Ok(Connection {
+            deployment,
+            tls_roots,
+            redactor,
+        }) => {
+            let mut builder = LockClient::builder(deployment);
+            if let Some(pem) = tls_roots {
+                builder = builder.tls_root_certificates(pem);
+            }
+            let outcome = run(cli, builder).await.unwrap_or_else(Outcome::from);
+            (outcome, redactor)
+        }
+        Err(message) => (Outcome::fail(USAGE, message), Redactor::default()),
+    };
     if let Some(message) = outcome.message {
-        eprintln!("lockctl: {message}");
+        // Errors may quote a URL: never with its password.
+        eprintln!("lockctl: {}", redactor.hide(&message));
     }
     ExitCode::from(outcome.code)
 }
 
-async fn run(cli: Cli) -> Result<Outcome, LockError> {
+async fn run(cli: Cli, builder: LockClientBuilder) -> Result<Outcome, LockError> {
     // Refused before connecting: no server is needed to say no.
     if let Command::Release { name, force, .. } = &cli.command
         && !force
@@ -84,8 +106,7 @@ async fn run(cli: Cli) -> Result<Outcome, LockError> {
     let paint = Paint {
         on: terminal && !cli.json && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty()),
     };
-    let deployment = cli.target.deployment(cli.service.as_deref());
-    let locks = LockClient::builder(deployment)
+    let locks = builder
         .prefix(cli.prefix.clone())
         .name("lockctl")
         .connect_timeout(Duration::from_secs(3))

@@ -2,11 +2,12 @@
 //! while a client named `billing` holds locks.
 
 use std::io::{BufRead, BufReader};
+use std::path::PathBuf;
 use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
-use lock_runtime::{LockClient, LockGuard};
-use lock_testkit::RedisServer;
+use lock_runtime::{Deployment, LockClient, LockGuard};
+use lock_testkit::{RedisServer, free_port};
 use serde_json::Value;
 
 /// A lock client named `billing`, with short timeouts for tests.
@@ -21,25 +22,37 @@ async fn billing(server: &RedisServer) -> LockClient {
         .expect("connect")
 }
 
-fn lockctl_command(server: &RedisServer, args: &[&str]) -> Command {
+/// lockctl with these arguments only: no `--url`, and none of the
+/// variables it reads from the environment, whoever runs the tests.
+fn bare_command(args: &[&str]) -> Command {
     let mut command = Command::new(env!("CARGO_BIN_EXE_lockctl"));
     command
-        .arg("--url")
-        .arg(server.url())
         .args(args)
-        // Not a terminal: no prompt, no colors, whoever runs the tests.
+        // Not a terminal: no prompt, no colors.
         .stdin(Stdio::null())
-        .env_remove("NO_COLOR");
+        .env_remove("NO_COLOR")
+        .env_remove("LOCKCTL_PASSWORD")
+        .env_remove("LOCKCTL_URL")
+        .env_remove("REDIS_URL");
     command
 }
 
-/// Runs lockctl to the end, off the runtime so that the test's own lock
+fn lockctl_command(server: &RedisServer, args: &[&str]) -> Command {
+    let mut command = bare_command(&["--url", &server.url()]);
+    command.args(args);
+    command
+}
+
+/// Runs `command` to the end, off the runtime so that the test's own lock
 /// clients keep renewing and waiting meanwhile.
-async fn lockctl(server: &RedisServer, args: &[&str]) -> Output {
-    let mut command = lockctl_command(server, args);
+async fn output(mut command: Command) -> Output {
     tokio::task::spawn_blocking(move || command.output().expect("run lockctl"))
         .await
         .expect("lockctl thread")
+}
+
+async fn lockctl(server: &RedisServer, args: &[&str]) -> Output {
+    output(lockctl_command(server, args)).await
 }
 
 fn stdout(output: &Output) -> String {
@@ -248,4 +261,312 @@ async fn watch_sees_an_acquire_and_a_release() {
         .expect("thread")
         .expect("lockctl exits after two changes");
     assert!(status.success(), "{status}");
+}
+
+// ---------------------------------------------------------------------------
+// The password from the environment, and --tls-ca
+// ---------------------------------------------------------------------------
+
+/// A password with characters that must be percent-encoded in a URL.
+const PASSWORD: &str = "s3cret p@ss/w:rd%";
+/// [`PASSWORD`] as written in a URL.
+const PASSWORD_IN_URL: &str = "s3cret%20p%40ss%2Fw%3Ard%25";
+
+/// A server that wants [`PASSWORD`].
+fn server_with_password() -> RedisServer {
+    RedisServer::start_with(&["--requirepass", PASSWORD])
+}
+
+/// The server's URL with [`PASSWORD`] in it.
+fn url_with_password(server: &RedisServer) -> String {
+    format!("redis://:{PASSWORD_IN_URL}@127.0.0.1:{}/", server.port())
+}
+
+/// Neither `secret` nor its URL spelling is in anything lockctl printed.
+fn assert_hidden(output: &Output, secret: &str, in_url: &str) {
+    for (what, text) in [("stdout", stdout(output)), ("stderr", stderr(output))] {
+        assert!(
+            !text.contains(secret) && !text.contains(in_url),
+            "the password is in lockctl's {what}: {text}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_password_from_the_environment_authenticates() {
+    let server = server_with_password();
+    let locks = LockClient::builder(url_with_password(&server))
+        .name("billing")
+        .connect()
+        .await
+        .expect("connect with the password");
+    let guard = hold(&locks, "invoice:7").await;
+
+    // Without a password the server refuses lockctl.
+    let refused = lockctl(&server, &["list"]).await;
+    expect_code(&server, &refused, 1);
+    assert!(
+        stderr(&refused).contains("authentication"),
+        "{}",
+        stderr(&refused)
+    );
+
+    // --url without a password, the password from LOCKCTL_PASSWORD.
+    let mut command = lockctl_command(&server, &["list"]);
+    command.env("LOCKCTL_PASSWORD", PASSWORD);
+    let listed = output(command).await;
+    expect_code(&server, &listed, 0);
+    assert!(stdout(&listed).contains("invoice:7"), "{}", stdout(&listed));
+    assert_hidden(&listed, PASSWORD, PASSWORD_IN_URL);
+
+    // The server from LOCKCTL_URL, or else REDIS_URL, when --url is not given.
+    for variable in ["LOCKCTL_URL", "REDIS_URL"] {
+        let mut command = bare_command(&["--json", "inspect", "invoice:7"]);
+        command
+            .env(variable, server.url())
+            .env("LOCKCTL_PASSWORD", PASSWORD);
+        let inspected = output(command).await;
+        expect_code(&server, &inspected, 0);
+        let one: Value = serde_json::from_str(&stdout(&inspected)).expect("JSON");
+        assert_eq!(one["holders"][0]["fence"], guard.fence(), "{variable}");
+    }
+    // LOCKCTL_URL comes before REDIS_URL, and --url before both.
+    let mut command = bare_command(&["list"]);
+    command
+        .env("LOCKCTL_URL", server.url())
+        .env("REDIS_URL", "redis://127.0.0.1:1/")
+        .env("LOCKCTL_PASSWORD", PASSWORD);
+    expect_code(&server, &output(command).await, 0);
+    let mut command = lockctl_command(&server, &["list"]);
+    command
+        .env("LOCKCTL_URL", "redis://127.0.0.1:1/")
+        .env("LOCKCTL_PASSWORD", PASSWORD);
+    expect_code(&server, &output(command).await, 0);
+
+    // A password written in the URL wins over the environment's.
+    let mut command = bare_command(&["--url", &url_with_password(&server), "list"]);
+    command.env("LOCKCTL_PASSWORD", "not the password");
+    expect_code(&server, &output(command).await, 0);
+
+    guard.release().await.expect("release");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_password_goes_to_every_redlock_master() {
+    let masters: Vec<RedisServer> = (0..3).map(|_| server_with_password()).collect();
+    let locks = LockClient::builder(Deployment::redlock(
+        masters.iter().map(url_with_password).collect::<Vec<_>>(),
+    ))
+    .name("billing")
+    .connect()
+    .await
+    .expect("connect with the password");
+    let guard = hold(&locks, "invoice:7").await;
+
+    let urls: Vec<String> = masters.iter().map(RedisServer::url).collect();
+    let mut command = bare_command(&["--redlock", &urls.join(","), "list"]);
+    command.env("LOCKCTL_PASSWORD", PASSWORD);
+    let listed = output(command).await;
+    expect_code(&masters[2], &listed, 0);
+    // lockctl connects to every master or fails: each took the password.
+    assert!(stdout(&listed).contains("invoice:7"), "{}", stdout(&listed));
+    guard.release().await.expect("release");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_password_is_never_printed() {
+    let server = server_with_password();
+    let closed = format!("redis://127.0.0.1:{}/", free_port());
+    // What a wrong password looks like in a URL, to look for it there too.
+    let wrong = "wr0ng p@ss";
+    let wrong_in_url = "wr0ng%20p%40ss";
+
+    // Refused by the server, in text and in JSON.
+    for args in [&["list"][..], &["--json", "inspect", "invoice:7"]] {
+        let mut command = lockctl_command(&server, args);
+        command.env("LOCKCTL_PASSWORD", wrong);
+        let refused = output(command).await;
+        expect_code(&server, &refused, 1);
+        assert!(
+            stderr(&refused).contains("refused authentication"),
+            "{}",
+            stderr(&refused)
+        );
+        assert_hidden(&refused, wrong, wrong_in_url);
+    }
+
+    // No server there.
+    let mut command = bare_command(&["--url", &closed, "list"]);
+    command.env("LOCKCTL_PASSWORD", PASSWORD);
+    let unreachable = output(command).await;
+    expect_code(&server, &unreachable, 1);
+    assert_hidden(&unreachable, PASSWORD, PASSWORD_IN_URL);
+
+    // A URL the library refuses, quoted in its message: it is quoted with
+    // the password that went into it, hidden. Each deployment's URLs get it.
+    let bad = "redis://127.0.0.1:notaport/";
+    for option in ["--url", "--cluster", "--redlock", "--sentinel"] {
+        let mut command = bare_command(&[option, bad, "--service", "locks", "list"]);
+        if option != "--sentinel" {
+            command = bare_command(&[option, bad, "list"]);
+        }
+        command.env("LOCKCTL_PASSWORD", PASSWORD);
+        let refused = output(command).await;
+        expect_code(&server, &refused, 1);
+        assert!(
+            stderr(&refused).contains("redis://:***@127.0.0.1:notaport/"),
+            "{option}: {}",
+            stderr(&refused)
+        );
+        assert_hidden(&refused, PASSWORD, PASSWORD_IN_URL);
+    }
+
+    // A password written in a URL is hidden as well.
+    let in_url = format!("redis://:{PASSWORD_IN_URL}@127.0.0.1:notaport/");
+    let refused = output(bare_command(&["--url", &in_url, "list"])).await;
+    expect_code(&server, &refused, 1);
+    assert_hidden(&refused, PASSWORD, PASSWORD_IN_URL);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_ca_must_be_a_readable_pem_file() {
+    let dir = scratch_dir("tls-ca-checks");
+    let missing = dir.join("missing.pem");
+    let refused = output(bare_command(&[
+        "--url",
+        "rediss://127.0.0.1:1/",
+        "--tls-ca",
+        missing.to_str().expect("UTF-8 path"),
+        "list",
+    ]))
+    .await;
+    assert_eq!(refused.status.code(), Some(2), "{}", stderr(&refused));
+    let message = stderr(&refused);
+    assert!(
+        message.contains("cannot read the --tls-ca file") && message.contains("missing.pem"),
+        "{message}"
+    );
+
+    let not_pem = dir.join("not.pem");
+    std::fs::write(&not_pem, "not a certificate\n").expect("write");
+    let refused = output(bare_command(&[
+        "--url",
+        "rediss://127.0.0.1:1/",
+        "--tls-ca",
+        not_pem.to_str().expect("UTF-8 path"),
+        "list",
+    ]))
+    .await;
+    assert_eq!(refused.status.code(), Some(2), "{}", stderr(&refused));
+    assert!(
+        stderr(&refused).contains("holds no PEM certificate"),
+        "{}",
+        stderr(&refused)
+    );
+
+    // A CA for a deployment without TLS is a mistake worth saying.
+    let tls = certificates("tls-ca-plain");
+    let refused = output(bare_command(&[
+        "--url",
+        "redis://127.0.0.1:1/",
+        "--tls-ca",
+        tls.ca.to_str().expect("UTF-8 path"),
+        "list",
+    ]))
+    .await;
+    assert_eq!(refused.status.code(), Some(2), "{}", stderr(&refused));
+    assert!(
+        stderr(&refused).contains("rediss://"),
+        "{}",
+        stderr(&refused)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_ca_trusts_a_private_ca() {
+    let tls = certificates("tls-ca-server");
+    let path = |path: &std::path::Path| path.to_str().expect("UTF-8 path").to_owned();
+    let tls_port = free_port().to_string();
+    // The plain port stays open for the test kit's readiness checks and for
+    // the holder.
+    let server = RedisServer::start_with(&[
+        "--tls-port",
+        &tls_port,
+        "--tls-cert-file",
+        &path(&tls.cert),
+        "--tls-key-file",
+        &path(&tls.key),
+        "--tls-ca-cert-file",
+        &path(&tls.ca),
+        "--tls-auth-clients",
+        "no",
+    ]);
+    let locks = billing(&server).await;
+    let guard = hold(&locks, "invoice:7").await;
+    let url = format!("rediss://127.0.0.1:{tls_port}/");
+
+    let listed = output(bare_command(&[
+        "--url",
+        &url,
+        "--tls-ca",
+        &path(&tls.ca),
+        "list",
+    ]))
+    .await;
+    expect_code(&server, &listed, 0);
+    assert!(
+        stdout(&listed).contains(&guard.fence().to_string()),
+        "{}",
+        stdout(&listed)
+    );
+
+    // Without the CA, the server's certificate is not trusted.
+    let untrusted = output(bare_command(&["--url", &url, "list"])).await;
+    expect_code(&server, &untrusted, 1);
+    guard.release().await.expect("release");
+}
+
+/// A fresh directory under Cargo's scratch directory for tests.
+fn scratch_dir(name: &str) -> PathBuf {
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("lockctl-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("scratch directory");
+    dir
+}
+
+/// PEM files of a CA and of a server certificate it signed for 127.0.0.1.
+struct Certificates {
+    ca: PathBuf,
+    cert: PathBuf,
+    key: PathBuf,
+}
+
+fn certificates(name: &str) -> Certificates {
+    use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, IsCa, KeyPair, SanType};
+
+    let mut ca_params = CertificateParams::new(Vec::<String>::new()).expect("CA params");
+    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    let ca =
+        CertifiedIssuer::self_signed(ca_params, KeyPair::generate().expect("key")).expect("CA");
+    let mut server_params =
+        CertificateParams::new(vec!["localhost".to_owned()]).expect("server params");
+    server_params
+        .subject_alt_names
+        .push(SanType::IpAddress([127, 0, 0, 1].into()));
+    let server_key = KeyPair::generate().expect("key");
+    let server_cert = server_params
+        .signed_by(&server_key, &ca)
+        .expect("server certificate");
+
+    let dir = scratch_dir(name);
+    let files = Certificates {
+        ca: dir.join("ca.crt"),
+        cert: dir.join("server.crt"),
+        key: dir.join("server.key"),
+    };
+    std::fs::write(&files.ca, ca.pem()).expect("write");
+    std::fs::write(&files.cert, server_cert.pem()).expect("write");
+    std::fs::write(&files.key, server_key.serialize_pem()).expect("write");
+    files
 }

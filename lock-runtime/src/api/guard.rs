@@ -2,6 +2,7 @@
 
 use std::fmt;
 use std::sync::Arc;
+use std::time::Duration;
 
 use crate::api::client::LockClient;
 use crate::base::error::{LockError, LossReason};
@@ -12,8 +13,8 @@ use tracing::Instrument;
 use crate::api::scope::{self, CurrentLock, Scope};
 use crate::base::keys::LockKeys;
 use crate::base::telemetry::Hold;
-use crate::engine::watchdog::Held;
-use crate::store::scripts::Released;
+use crate::engine::watchdog::{self, Held};
+use crate::store::scripts::{Giving, Released};
 
 /// Proof of holding a lock. The watchdog renews the lock while the guard
 /// lives; [`release`](LockGuard::release) gives it back and reports how that
@@ -43,6 +44,9 @@ pub struct LockGuard {
     done: bool,
     /// The lock's span, and what it records at the end.
     telemetry: Hold,
+    /// Until when the locks stay taken at least, even when released sooner
+    /// (`LockRequest::hold_at_least`).
+    keep_until: Option<Instant>,
 }
 
 impl fmt::Debug for LockGuard {
@@ -73,7 +77,57 @@ impl LockGuard {
             lost,
             done: false,
             telemetry,
+            keep_until: None,
         }
+    }
+
+    /// Keeps the locks taken until `at_least` after `acquired` at their
+    /// release (see `LockRequest::hold_at_least`).
+    pub(crate) fn held_at_least(mut self, at_least: Option<Duration>, acquired: Instant) -> Self {
+        self.keep_until = at_least.map(|at_least| acquired + at_least);
+        self
+    }
+
+    /// Makes the lock (every lock of the guard) live at least `lease` from
+    /// now in Redis, and moves [`valid_until`](LockGuard::valid_until)
+    /// accordingly: for a lock taken with a
+    /// [`fixed_lease`](crate::LockRequest::fixed_lease), the way to hold it
+    /// longer than planned. It never shortens what Redis keeps. The
+    /// watchdog goes on renewing a renewed lock with its own lease.
+    ///
+    /// ```no_run
+    /// # async fn run(locks: lock_runtime::LockClient) -> Result<(), lock_runtime::LockError> {
+    /// use std::time::Duration;
+    ///
+    /// let guard = locks
+    ///     .lock("import:batch-7")
+    ///     .lease(Duration::from_secs(60))
+    ///     .fixed_lease()
+    ///     .acquire()
+    ///     .await?;
+    /// // ... the import runs long: a minute more, from now.
+    /// guard.extend(Duration::from_secs(60)).await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`LockError::Lost`] when the lock is gone (or was lost before);
+    /// [`LockError::Config`] for a lease below
+    /// [`MIN_LEASE`](crate::MIN_LEASE); connection errors when Redis could
+    /// not confirm the extension, in which case the lock keeps its
+    /// deadline.
+    pub async fn extend(&self, lease: Duration) -> Result<(), LockError> {
+        if self.is_lost() {
+            return Err(self.lost_error());
+        }
+        let inner = &self.client.inner;
+        let label = label(&self.held);
+        inner.config.check_lease(&label, lease)?;
+        watchdog::extend(&inner.registry, &inner.backend, &label, &self.held, lease)
+            .instrument(self.span().clone())
+            .await
     }
 
     fn first(&self) -> &Held {
@@ -270,19 +324,38 @@ impl LockGuard {
         let lost_before = self.is_lost().then(|| self.lost_error());
         let last = stop_renewing(&self.client, &self.held);
         let telemetry = std::mem::take(&mut self.telemetry);
-        end(&self.client, &self.held, (lost_before, last), telemetry).await
+        let ending = Ending {
+            lost_before,
+            last,
+            keep_until: self.keep_until,
+        };
+        end(&self.client, &self.held, ending, telemetry).await
     }
 }
 
+/// How a guard ends.
+struct Ending {
+    /// The loss found before the release, if any.
+    lost_before: Option<LockError>,
+    /// No other guard of this process holds the locks.
+    last: bool,
+    /// Until when the locks stay taken at least.
+    keep_until: Option<Instant>,
+}
+
 /// Gives a guard's locks back and says whether they were still held; the
-/// lock's span records the outcome. `last`: no other guard of this process
-/// holds them (see [`give_back`]).
+/// lock's span records the outcome.
 async fn end(
     client: &LockClient,
     held: &[Arc<Held>],
-    (lost_before, last): (Option<LockError>, bool),
+    ending: Ending,
     telemetry: Hold,
 ) -> Result<(), LockError> {
+    let Ending {
+        lost_before,
+        last,
+        keep_until,
+    } = ending;
     let outcome = async {
         // The last guard gives back every level: a re-entry whose answer
         // was lost may have counted one more in Redis than guards here, and
@@ -290,7 +363,10 @@ async fn end(
         // leaves open whether it ran. Not for a lock lost before: the same
         // owner may hold it anew.
         let whole = last && lost_before.is_none();
-        let released = give_back(client, held, whole).await;
+        let keep = keep_until.map_or(Duration::ZERO, |until| {
+            until.saturating_duration_since(Instant::now())
+        });
+        let released = give_back(client, held, whole, keep).await;
         // A lock lost before is reported as lost, whether or not Redis
         // could be told of the release.
         if let Some(lost) = lost_before {
@@ -341,23 +417,29 @@ fn stop_renewing(client: &LockClient, held: &[Arc<Held>]) -> bool {
     last
 }
 
-/// Gives each lock back one level, or every level when `whole`.
+/// How errors and logs name a guard's locks: their names joined by `+`.
+fn label(held: &[Arc<Held>]) -> String {
+    held.iter()
+        .map(|held| held.name.as_str())
+        .collect::<Vec<_>>()
+        .join(" + ")
+}
+
+/// Gives each lock back one level, or every level when `whole`; a lock
+/// that becomes free stays taken for `keep` more (zero: freed at once).
 async fn give_back(
     client: &LockClient,
     held: &[Arc<Held>],
     whole: bool,
+    keep: Duration,
 ) -> Result<Vec<Released>, LockError> {
     let inner = &client.inner;
     let keys: Vec<LockKeys> = held.iter().map(|held| held.keys.clone()).collect();
-    let label = held
-        .iter()
-        .map(|held| held.name.as_str())
-        .collect::<Vec<_>>()
-        .join(" + ");
+    let label = label(held);
     let (owner, stored) = (&held[0].owner, &held[0].stored);
     let released = inner
         .backend
-        .release(&label, &keys, stored, owner, whole)
+        .release(&label, &keys, stored, owner, Giving { all: whole, keep })
         .await?;
     tracing::debug!(?released, "released");
     Ok(released)
@@ -383,9 +465,15 @@ impl Drop for LockGuard {
         };
         let client = self.client.clone();
         let held = std::mem::take(&mut self.held);
+        let keep_until = self.keep_until;
         runtime.spawn(async move {
             // A loss was logged when it was found; only a failed release is news.
-            match end(&client, &held, (lost_before, last), telemetry).await {
+            let ending = Ending {
+                lost_before,
+                last,
+                keep_until,
+            };
+            match end(&client, &held, ending, telemetry).await {
                 Err(err) if !err.is_lost() => {
                     tracing::warn!(key = %held[0].name, error = %err, "release on drop failed; lock expires after its lease");
                 }

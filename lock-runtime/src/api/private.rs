@@ -15,17 +15,28 @@ pub fn default_client() -> Result<LockClient, LockError> {
     installed()
 }
 
+/// The attribute's lock options; `None` and `false`: the client's defaults.
+#[derive(Debug, Clone, Default)]
+pub struct Options {
+    /// `lease`, or `lock_at_most`.
+    pub lease: Option<Duration>,
+    /// `wait`.
+    pub wait: Option<Duration>,
+    /// `min_replicas`; `Some(0)` turns the client's off for this lock.
+    pub min_replicas: Option<u32>,
+    /// `lock_at_least`.
+    pub at_least: Option<Duration>,
+    /// `lock_at_most`: the lease is a hard bound, not renewed.
+    pub fixed_lease: bool,
+}
+
 /// Takes a lock of `kind` over `keys` (several only for `Exclusive`), with
-/// the attribute's lease, wait and `min_replicas` where given and the
-/// client's defaults elsewhere. `min_replicas: Some(0)` turns the client's
-/// `min_replicas` off for this lock.
-pub async fn acquire_kind(
+/// the attribute's options where given and the client's defaults elsewhere.
+pub async fn acquire_with(
     client: &LockClient,
     kind: Kind,
     keys: Vec<String>,
-    lease: Option<Duration>,
-    wait: Option<Duration>,
-    min_replicas: Option<u32>,
+    options: Options,
 ) -> Result<LockGuard, LockError> {
     if kind != Kind::Exclusive && keys.len() != 1 {
         return Err(LockError::Config(
@@ -33,16 +44,40 @@ pub async fn acquire_kind(
         ));
     }
     let mut request = LockRequest::new(client.clone(), kind, keys);
-    if let Some(lease) = lease {
+    if let Some(lease) = options.lease {
         request = request.lease(lease);
     }
-    if let Some(wait) = wait {
+    if let Some(wait) = options.wait {
         request = request.wait(wait);
     }
-    if let Some(replicas) = min_replicas {
+    if let Some(replicas) = options.min_replicas {
         request = request.min_replicas(replicas);
     }
+    if let Some(at_least) = options.at_least {
+        request = request.hold_at_least(at_least);
+    }
+    if options.fixed_lease {
+        request = request.fixed_lease();
+    }
     request.acquire().await
+}
+
+/// What `on_busy = "skip"` returns when the lock stays busy: `Ok(None)`,
+/// which takes a function returning `Result<Option<T>, E>`.
+#[diagnostic::on_unimplemented(
+    message = "`on_busy = \"skip\"` needs the function to return `Result<Option<T>, E>`, not `Result<{Self}, E>`",
+    label = "when the lock is busy, the function returns `Ok(None)` here",
+    note = "return `Ok(Some(value))` from the body, and handle `None` (someone else holds the lock) at the call"
+)]
+pub trait OnBusySkip {
+    /// The value for "skipped".
+    fn skipped() -> Self;
+}
+
+impl<T> OnBusySkip for Option<T> {
+    fn skipped() -> Self {
+        None
+    }
 }
 
 /// Runs a locked function's body as the lock's critical section and releases

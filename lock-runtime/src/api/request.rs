@@ -17,7 +17,7 @@ use crate::base::telemetry::{self, Acquiring, Hold, Tracked};
 use crate::engine::backend::{Attempt, Times};
 use crate::engine::wakeups::Wake;
 use crate::engine::watchdog::Acquisition;
-use crate::store::scripts::{Acquired, Released, Stored};
+use crate::store::scripts::{Acquired, Giving, Released, Stored};
 
 /// First pause before retrying an acquire that failed to reach Redis; it
 /// doubles up to 500 ms.
@@ -43,6 +43,11 @@ pub struct LockRequest {
     wait: Duration,
     /// Replicas that must confirm the lock (`None`: the client's setting).
     replicas: Option<u32>,
+    /// The lease is a hard bound: the watchdog does not renew the lock.
+    fixed_lease: bool,
+    /// How long after its acquisition the lock stays taken at least, even
+    /// when released sooner.
+    at_least: Option<Duration>,
 }
 
 /// How one attempt to take a request's locks ended, short of an error.
@@ -78,6 +83,8 @@ impl LockRequest {
             kind,
             names,
             replicas: None,
+            fixed_lease: false,
+            at_least: None,
         }
     }
 
@@ -102,6 +109,96 @@ impl LockRequest {
     pub fn min_replicas(mut self, replicas: u32) -> Self {
         self.replicas = Some(replicas);
         self
+    }
+
+    /// Makes the lease a hard upper bound: the watchdog does not renew the
+    /// lock, which stays held for the lease at most (unless extended with
+    /// [`LockGuard::extend`]). When the lease runs out while the guard
+    /// lives, [`lost`](LockGuard::lost) fires (a
+    /// [`LossReason::Expired`](crate::LossReason::Expired) loss), and a
+    /// `#[distributed_lock]` body is stopped. For jobs that must never hold
+    /// a lock longer than a bound (`lock_at_most` of the attribute).
+    ///
+    /// A lock this task re-enters is renewed if any of its guards asks for
+    /// renewal.
+    ///
+    /// ```no_run
+    /// # async fn run(locks: lock_runtime::LockClient) -> Result<(), lock_runtime::LockError> {
+    /// use std::time::Duration;
+    ///
+    /// let guard = locks
+    ///     .lock("report:nightly")
+    ///     .lease(Duration::from_secs(600))
+    ///     .fixed_lease()
+    ///     .acquire()
+    ///     .await?;
+    /// // Held for ten minutes at most, renewed by nobody.
+    /// # drop(guard);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn fixed_lease(mut self) -> Self {
+        self.fixed_lease = true;
+        self
+    }
+
+    /// Keeps the lock taken until `at_least` after it was acquired, even
+    /// when it is released sooner: a job that finishes fast is then not run
+    /// again at once by an instance whose clock or schedule is a little
+    /// behind (`lock_at_least` of the attribute, ShedLock's
+    /// `lockAtLeastFor`). Released later than that, the lock is freed at
+    /// once, as usual. For exclusive and fair locks (including `lock_all`
+    /// and write locks); a semaphore or read lock with it is refused with
+    /// [`LockError::Config`].
+    ///
+    /// ```no_run
+    /// # async fn run(locks: lock_runtime::LockClient) -> Result<(), lock_runtime::LockError> {
+    /// use std::time::Duration;
+    ///
+    /// let Some(guard) = locks
+    ///     .lock("job:cleanup")
+    ///     .hold_at_least(Duration::from_secs(30))
+    ///     .try_acquire()
+    ///     .await?
+    /// else {
+    ///     return Ok(()); // another instance ran it within the last 30 s
+    /// };
+    /// // ... the job ...
+    /// guard.release().await?; // the lock stays taken until 30 s after it was taken
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn hold_at_least(mut self, at_least: Duration) -> Self {
+        self.at_least = Some(at_least);
+        self
+    }
+
+    /// Tries to take the lock once, without waiting: `None` when someone
+    /// else holds it. The request's wait is not used.
+    ///
+    /// ```no_run
+    /// # async fn run(locks: lock_runtime::LockClient) -> Result<(), lock_runtime::LockError> {
+    /// match locks.lock("job:hourly").try_acquire().await? {
+    ///     Some(guard) => {
+    ///         // ... run the job ...
+    ///         guard.release().await?;
+    ///     }
+    ///     None => { /* another instance is running it */ }
+    /// }
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// As [`acquire`](LockRequest::acquire), except that a lock held by
+    /// someone else is `Ok(None)`, not [`LockError::Timeout`].
+    pub async fn try_acquire(self) -> Result<Option<LockGuard>, LockError> {
+        match self.wait(Duration::ZERO).acquire().await {
+            Ok(guard) => Ok(Some(guard)),
+            Err(err) if err.is_timeout() => Ok(None),
+            Err(err) => Err(err),
+        }
     }
 
     /// Takes the lock, waiting up to the request's wait.
@@ -152,6 +249,13 @@ impl LockRequest {
         if self.kind == Kind::Permits(0) {
             return Err(LockError::Config(format!(
                 "semaphore `{}` needs at least one permit",
+                self.label
+            )));
+        }
+        if self.at_least.is_some() && matches!(self.kind, Kind::Permits(_) | Kind::Read) {
+            return Err(LockError::Config(format!(
+                "`hold_at_least` applies to exclusive and fair locks, not to the {} lock `{}`",
+                self.kind.lock_kind(),
                 self.label
             )));
         }
@@ -363,16 +467,14 @@ impl LockRequest {
                     drift,
                     sent,
                     replicas,
+                    renewed: !self.fixed_lease,
                     tracked: Tracked::new(self.kind, span),
                 })
             })
             .collect();
         let hold = Hold::new(self.kind, span, renewals(&held));
-        Ok(Outcome::Taken(LockGuard::new(
-            self.client.clone(),
-            held,
-            hold,
-        )))
+        let guard = LockGuard::new(self.client.clone(), held, hold);
+        Ok(Outcome::Taken(guard.held_at_least(self.at_least, sent)))
     }
 
     /// An acquire whose answer was lost may still have taken the lock. The
@@ -386,7 +488,9 @@ impl LockRequest {
         let kind = self.kind;
         tokio::spawn(async move {
             let stored = Stored::for_kind(kind, &keys[0]);
-            let released = backend.release(&label, &keys, &stored, &owner, true).await;
+            let released = backend
+                .release(&label, &keys, &stored, &owner, Giving::ALL)
+                .await;
             if let Ok(released) = released
                 && released.contains(&Released::Free)
             {

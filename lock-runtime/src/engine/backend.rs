@@ -41,7 +41,9 @@ use crate::base::error::LockError;
 use crate::base::keys::{LockKeys, slot};
 use crate::base::kind::Kind;
 use crate::store::node::Node;
-use crate::store::scripts::{Acquire, Acquired, Call, Released, Renewing, Stored, Taken, calls};
+use crate::store::scripts::{
+    Acquire, Acquired, Call, Giving, Released, Renewing, Stored, Taken, calls,
+};
 
 /// How the deployment is reached.
 pub(crate) enum Topology {
@@ -114,7 +116,7 @@ impl Attempt<'_> {
                 calls::fair_acquire(&locks[0], owner, lease, stay, enqueue)
             }
         };
-        let undo = calls::release(locks, &self.stored(), owner, false);
+        let undo = calls::release(locks, &self.stored(), owner, Giving::ONE);
         Acquire {
             take,
             undo,
@@ -179,17 +181,17 @@ impl Backend {
         }
     }
 
-    /// Gives back what `owner` holds of `locks`, stored as `stored`: one
-    /// level, or every level when `all`; one outcome per lock.
+    /// Gives back what `owner` holds of `locks`, stored as `stored` (one
+    /// level, or every level: see [`Giving`]); one outcome per lock.
     pub(crate) async fn release(
         &self,
         name: &str,
         locks: &[LockKeys],
         stored: &Stored,
         owner: &str,
-        all: bool,
+        giving: Giving,
     ) -> Result<Vec<Released>, LockError> {
-        let build = |locks: &[LockKeys]| calls::release(locks, stored, owner, all);
+        let build = |locks: &[LockKeys]| calls::release(locks, stored, owner, giving);
         let per_store = self.everywhere(name, locks, build, releasing).await?;
         Ok((0..locks.len())
             .map(|i| merge_released(per_store.iter().map(|store| store[i])))

@@ -17,7 +17,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::base::config::Replicas;
-use crate::base::error::LossReason;
+use crate::base::error::{LockError, LossReason};
 use crate::base::keys::LockKeys;
 use crate::base::telemetry::{self, Tracked};
 use crate::engine::backend::{Backend, Renewal};
@@ -62,6 +62,10 @@ struct Timing {
     in_flight: bool,
     /// Guards alive for this lock (re-entry shares the entry).
     guards: usize,
+    /// Renewed by the watchdog; otherwise the lease is a hard bound, and
+    /// the lock is renewed only when a guard extends it or the client
+    /// checks its locks after a lost connection.
+    renewed: bool,
 }
 
 impl Timing {
@@ -72,9 +76,33 @@ impl Timing {
     /// one was in flight.
     fn confirm(&mut self, sent: Instant, lease: Duration) {
         self.valid_until = self.valid_until.max(sent + lease - self.drift);
-        self.renew_at = sent + self.lease / 3;
+        self.renew_at = self.next_renewal(sent);
+    }
+
+    /// When a renewal sent at `sent` is followed by the next: a third of
+    /// the lease later, or never for a lock that is not renewed.
+    fn next_renewal(&self, sent: Instant) -> Instant {
+        if self.renewed {
+            sent + self.lease / 3
+        } else {
+            sent + NEVER
+        }
+    }
+
+    /// The lease a renewal sent at `now` asks for: the lease, or for a lock
+    /// that is not renewed, only what is left of it (a check that it is
+    /// still held, which never lengthens it: renewals never shorten).
+    fn lease_at(&self, now: Instant) -> Duration {
+        if self.renewed {
+            self.lease
+        } else {
+            (self.valid_until + self.drift).saturating_duration_since(now)
+        }
     }
 }
+
+/// Far enough ahead to stand for "never" in a `renew_at`.
+const NEVER: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
 
 impl Held {
     /// A token cancelled when the lock is lost.
@@ -165,6 +193,8 @@ pub(crate) struct Acquisition<'a> {
     /// When the acquire script was sent.
     pub(crate) sent: Instant,
     pub(crate) replicas: Option<Replicas>,
+    /// Renewed by the watchdog (not a fixed lease).
+    pub(crate) renewed: bool,
     pub(crate) tracked: Tracked,
 }
 
@@ -187,7 +217,10 @@ impl Registry {
             timing.guards += 1;
             timing.lease = timing.lease.max(acquired.lease);
             timing.drift = timing.drift.max(acquired.drift);
+            timing.renewed |= acquired.renewed;
             timing.confirm(acquired.sent, acquired.lease);
+            drop(timing);
+            self.changed.notify_one();
             return held.clone();
         }
         let held = Arc::new(Held {
@@ -204,13 +237,18 @@ impl Registry {
                 renew_at: acquired.sent + acquired.lease / 3,
                 in_flight: false,
                 guards: 1,
+                renewed: acquired.renewed,
             }),
             lost: CancellationToken::new(),
             reason: OnceLock::new(),
             groups: Mutex::new(Vec::new()),
             tracked: acquired.tracked,
         });
-        let due = acquired.sent + acquired.lease / 3;
+        let due = {
+            let mut timing = held.timing();
+            timing.renew_at = timing.next_renewal(acquired.sent);
+            timing.renew_at.min(timing.valid_until)
+        };
         if let Some(replaced) = entries.map.insert(id, held.clone()) {
             replaced.tracked.unheld();
         }
@@ -342,7 +380,7 @@ async fn renew(registry: Arc<Registry>, backend: Backend, batch: Vec<Arc<Held>>)
                 key: held.keys.lock.as_str(),
                 stored: &held.stored,
                 owner: &held.owner,
-                lease: timing.lease,
+                lease: timing.lease_at(sent),
             }
         })
         .collect();
@@ -391,6 +429,55 @@ async fn renew(registry: Arc<Registry>, backend: Backend, batch: Vec<Arc<Held>>)
     registry.changed.notify_one();
 }
 
+/// Makes each of `held` live at least `lease` from now in Redis (a guard's
+/// `extend`), and moves its validity deadline accordingly. `name` names
+/// the locks in errors.
+pub(crate) async fn extend(
+    registry: &Registry,
+    backend: &Backend,
+    name: &str,
+    held: &[Arc<Held>],
+    lease: Duration,
+) -> Result<(), LockError> {
+    let sent = Instant::now();
+    let items: Vec<Renewing<'_>> = held
+        .iter()
+        .map(|held| Renewing {
+            key: held.keys.lock.as_str(),
+            stored: &held.stored,
+            owner: &held.owner,
+            lease,
+        })
+        .collect();
+    let replicas: Vec<Option<Replicas>> = held.iter().map(|held| held.replicas).collect();
+    let renewed = backend.renew(&items, lease, &replicas).await?;
+    let mut unknown = false;
+    for (held, outcome) in held.iter().zip(renewed) {
+        match outcome {
+            Renewal::Renewed => held.timing().confirm(sent, lease),
+            Renewal::Gone => {
+                registry.lose(held, LossReason::NotHeld);
+                return Err(LockError::Lost {
+                    key: held.name.clone(),
+                    reason: LossReason::NotHeld,
+                });
+            }
+            Renewal::Unknown => unknown = true,
+        }
+    }
+    registry.changed.notify_one();
+    if unknown {
+        return Err(LockError::Unavailable {
+            key: Some(name.to_owned()),
+            source: redis::RedisError::from((
+                redis::ErrorKind::Io,
+                "the extension could not be confirmed everywhere; the lock keeps its deadline",
+            )),
+        });
+    }
+    Ok(())
+}
+
 /// How soon a failed renewal is tried again.
 fn retry_delay(lease: Duration) -> Duration {
     (lease / 20).min(Duration::from_millis(250))
@@ -416,6 +503,7 @@ mod tests {
             drift: Duration::from_millis(12),
             sent,
             replicas: None,
+            renewed: true,
             tracked: Tracked::new(crate::base::kind::Kind::Exclusive, &tracing::Span::none()),
         }
     }
@@ -441,6 +529,43 @@ mod tests {
             next,
             Some(start + lease - Duration::from_millis(12) - DECLARE_EARLY)
         );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_fixed_lease_is_never_renewed_but_checked_after_a_lost_connection() {
+        let registry = Registry::default();
+        let keys = LockKeys::new("t:", "a");
+        let owner: Arc<str> = "o".into();
+        let start = Instant::now();
+        let lease = Duration::from_secs(3);
+        let fixed = Acquisition {
+            renewed: false,
+            ..acquisition(&keys, &owner, lease, start)
+        };
+        let held = registry.hold(fixed);
+        let deadline = start + lease - Duration::from_millis(12);
+
+        // Nothing falls due: the next wake is when loss would be declared.
+        let (overdue, due, next) = registry.sweep(start + Duration::from_secs(2));
+        assert!(overdue.is_empty() && due.is_empty());
+        assert_eq!(next, Some(deadline - DECLARE_EARLY));
+
+        // After a lost connection it is checked once, asking only for what
+        // is left of its lease.
+        registry.check_now();
+        let now = start + Duration::from_secs(2);
+        let (_, due, _) = registry.sweep(now);
+        assert_eq!(due.len(), 1);
+        let left = held.timing().lease_at(now);
+        assert_eq!(left, Duration::from_secs(1));
+        let mut timing = held.timing();
+        timing.confirm(now, left);
+        timing.in_flight = false;
+        drop(timing);
+        assert_eq!(held.valid_until(), deadline);
+
+        let (overdue, _, _) = registry.sweep(deadline - DECLARE_EARLY);
+        assert_eq!(overdue.len(), 1);
     }
 
     #[tokio::test(start_paused = true)]

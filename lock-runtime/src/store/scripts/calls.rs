@@ -4,8 +4,8 @@
 use std::time::Duration;
 
 use super::{
-    ACQUIRE, Call, FAIR_ACQUIRE, FAIR_LEAVE, FENCE_RAISE, FORCE_RELEASE, INSPECT, PERMIT_ACQUIRE,
-    PLACE_RELEASE, READ_ACQUIRE, RELEASE, RENEW, Renewing, Stored, TURN_LEAVE,
+    ACQUIRE, Call, FAIR_ACQUIRE, FAIR_LEAVE, FENCE_RAISE, FORCE_RELEASE, Giving, INSPECT,
+    PERMIT_ACQUIRE, PLACE_RELEASE, READ_ACQUIRE, RELEASE, RENEW, Renewing, Stored, TURN_LEAVE,
 };
 use crate::base::keys::LockKeys;
 
@@ -99,15 +99,17 @@ pub(crate) fn fair_acquire(
 }
 
 /// Gives back what `owner` holds of `locks`, stored as `stored`: one
-/// re-entry level, or every level when `all`. Lock hashes go through
-/// `release.lua` (several at once), a place (a permit, a read lock) through
+/// re-entry level, or every level (see [`Giving`]). Lock hashes go through
+/// `release.lua` (several at once), which may keep a freed lock taken a
+/// while longer; a place (a permit, a read lock) through
 /// `place_release.lua`, which announces it and names the first fair waiter
 /// in line, if any.
 ///
 /// Every level at once is safe to run twice (the second run finds nothing
-/// held); one level down of several is not.
-pub(crate) fn release(locks: &[LockKeys], stored: &Stored, owner: &str, all: bool) -> Call {
-    let args = vec![owner.to_owned(), flag(all)];
+/// held, or keeps the lock again for as long); one level down of several
+/// is not.
+pub(crate) fn release(locks: &[LockKeys], stored: &Stored, owner: &str, giving: Giving) -> Call {
+    let mut args = vec![owner.to_owned(), flag(giving.all)];
     let call = match stored {
         Stored::Hash => {
             let keys = by_role(
@@ -119,6 +121,7 @@ pub(crate) fn release(locks: &[LockKeys], stored: &Stored, owner: &str, all: boo
                     LockKeys::queue_alive,
                 ],
             );
+            args.push(giving.keep.as_millis().to_string());
             Call::new(&RELEASE, keys, args)
         }
         Stored::Place {
@@ -136,7 +139,7 @@ pub(crate) fn release(locks: &[LockKeys], stored: &Stored, owner: &str, all: boo
             Call::new(&PLACE_RELEASE, keys, args)
         }
     };
-    call.idempotent(all)
+    call.idempotent(giving.all)
 }
 
 /// `renew.lua`: renews `items` in one call, each for its own lease.
@@ -223,7 +226,7 @@ mod tests {
     #[test]
     fn several_locks_are_laid_out_role_by_role() {
         let locks = [LockKeys::new("lock:", "a"), LockKeys::new("lock:", "b")];
-        let call = release(&locks, &Stored::Hash, "me", true);
+        let call = release(&locks, &Stored::Hash, "me", Giving::ALL);
         assert_eq!(
             call.keys(),
             [
@@ -237,9 +240,9 @@ mod tests {
                 "lock:{b}:queue:alive",
             ]
         );
-        assert_eq!(call.args(), ["me", "1"]);
+        assert_eq!(call.args(), ["me", "1", "0"]);
         assert!(call.is_idempotent());
-        assert!(!release(&locks, &Stored::Hash, "me", false).is_idempotent());
+        assert!(!release(&locks, &Stored::Hash, "me", Giving::ONE).is_idempotent());
     }
 
     #[test]

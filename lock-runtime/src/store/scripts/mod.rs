@@ -170,6 +170,29 @@ pub(crate) struct Acquire {
     pub(crate) locks: usize,
 }
 
+/// How much of a hold a release gives back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Giving {
+    /// Every re-entry level at once, not one.
+    pub(crate) all: bool,
+    /// A lock hash that becomes free stays taken this much longer (zero:
+    /// freed at once); see `LockRequest::hold_at_least`.
+    pub(crate) keep: Duration,
+}
+
+impl Giving {
+    /// One re-entry level.
+    pub(crate) const ONE: Giving = Giving {
+        all: false,
+        keep: Duration::ZERO,
+    };
+    /// Every level at once, freed at once.
+    pub(crate) const ALL: Giving = Giving {
+        all: true,
+        keep: Duration::ZERO,
+    };
+}
+
 /// How a held item is stored, which decides how it is released and renewed.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Stored {

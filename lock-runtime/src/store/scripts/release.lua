@@ -9,6 +9,9 @@
 -- ARGV[1]          owner id
 -- ARGV[2]          "1" to drop every level at once (abandoning locks whose
 --                  acquire answer was lost), "0" to count down by one
+-- ARGV[3]          ms a lock that becomes free stays taken (its holder asked
+--                  to hold it at least that long after taking it); 0: freed
+--                  at once
 --
 -- Returns, per lock, the remaining re-entry count (0: released and
 -- published), or -1 when the caller does not hold it (expired, or someone
@@ -24,8 +27,15 @@ for i = 1, n do
     if ARGV[2] ~= '1' then
       count = tonumber(held[2]) - 1
     end
+    local keep = tonumber(ARGV[3] or '0')
     if count > 0 then
       redis.call('HSET', KEYS[i], 'count', count)
+    elseif keep > 0 then
+      -- Still taken by its owner, whose scope is over, until it expires:
+      -- waiters wake then, as for a holder's lease.
+      count = 0
+      redis.call('HSET', KEYS[i], 'count', 0)
+      redis.call('PEXPIRE', KEYS[i], keep)
     else
       count = 0
       redis.call('DEL', KEYS[i])

@@ -12,7 +12,7 @@ use super::{invocation, keys, real_redis};
 use crate::base::keys::LockKeys;
 use crate::base::kind::Kind;
 use crate::store::memory::MemoryServer;
-use crate::store::scripts::{Quarantine, Renewing, Stored, calls};
+use crate::store::scripts::{Giving, Quarantine, Renewing, Stored, calls};
 
 /// The same commands and scripts, on this server and on a real Redis 7.0:
 /// every reply must be the same.
@@ -125,7 +125,7 @@ fn lock_scenario() -> Vec<(&'static str, ScriptInvocation<'static>)> {
             slice::from_ref(lock),
             &Stored::Hash,
             owner,
-            all,
+            if all { Giving::ALL } else { Giving::ONE },
         ))
     };
     let place_release = |kind: Kind, lock: &LockKeys, owner: &str| {
@@ -134,7 +134,7 @@ fn lock_scenario() -> Vec<(&'static str, ScriptInvocation<'static>)> {
             slice::from_ref(lock),
             &stored,
             owner,
-            false,
+            Giving::ONE,
         ))
     };
     let permit = |owner: &str| invocation(&calls::permit_acquire(&sem, owner, lease, 2));

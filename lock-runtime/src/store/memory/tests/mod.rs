@@ -28,7 +28,7 @@ use redis::{FromRedisValue, PushInfo, PushKind, RedisResult, ScriptInvocation, V
 
 use super::MemoryServer;
 use crate::base::keys::LockKeys;
-use crate::store::scripts::{Call, Quarantine, Stored, calls};
+use crate::store::scripts::{Call, Giving, Quarantine, Stored, calls};
 
 fn keys(name: &str) -> LockKeys {
     LockKeys::new("lock:", name)
@@ -80,7 +80,12 @@ async fn try_acquire(
 async fn release(server: &MemoryServer, lock: &LockKeys, owner: &str, all: bool) -> Vec<i64> {
     run(
         server,
-        &calls::release(std::slice::from_ref(lock), &Stored::Hash, owner, all),
+        &calls::release(
+            std::slice::from_ref(lock),
+            &Stored::Hash,
+            owner,
+            if all { Giving::ALL } else { Giving::ONE },
+        ),
     )
     .await
     .expect("release")

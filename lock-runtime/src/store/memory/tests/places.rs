@@ -10,7 +10,7 @@ use super::{acquire_permit, bulk, int, keys, run, try_acquire};
 use crate::base::keys::LockKeys;
 use crate::base::kind::Kind;
 use crate::store::memory::MemoryServer;
-use crate::store::scripts::{Quarantine, Stored, calls};
+use crate::store::scripts::{Giving, Quarantine, Stored, calls};
 
 /// Gives back one level of the place `owner` holds in `lock`, a lock of
 /// `kind` (a semaphore's permit, or a read lock).
@@ -23,7 +23,7 @@ async fn release_place(
     let stored = Stored::for_kind(kind, lock);
     run(
         server,
-        &calls::release(slice::from_ref(lock), &stored, owner, false),
+        &calls::release(slice::from_ref(lock), &stored, owner, Giving::ONE),
     )
     .await
     .expect("release a place")
