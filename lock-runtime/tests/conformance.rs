@@ -10,7 +10,8 @@ use std::time::{Duration, Instant};
 
 use common::{QUARANTINE, contend, spawn_acquire, try_once_when_up};
 use lock_runtime::{
-    LockClient, LockClientBuilder, LockError, LockRequest, MemoryStore, distributed_lock,
+    LockClient, LockClientBuilder, LockError, LockRequest, LossReason, MemoryStore,
+    distributed_lock,
 };
 use lock_testkit::{RedisServer, unique_key};
 
@@ -500,7 +501,17 @@ async fn a_fixed_lease_is_a_hard_bound_unless_extended(store: Store) {
     store
         .within(Duration::from_secs(10), "loss at the lease", guard.lost())
         .await;
-    assert!(guard.lost_error().is_lost());
+    assert!(
+        matches!(
+            guard.lost_error(),
+            LockError::Lost {
+                reason: LossReason::LeaseEnded,
+                ..
+            }
+        ),
+        "{:?}",
+        guard.lost_error()
+    );
     let next = store.ok(other.lock(name.as_str()).acquire().await);
     store.ok(next.release().await);
     drop(guard);

@@ -334,3 +334,29 @@ async fn every_metric_is_described_with_its_unit() {
         assert_eq!(unit == metrics::Unit::Seconds, seconds, "{name}: {unit:?}");
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_span_has_the_clients_level_and_read_locks_are_labelled_read_write() {
+    let _turn = take_turn().await;
+    let server = RedisServer::start();
+    let quiet = connect(builder(&server).span_level(tracing::Level::DEBUG)).await;
+    let name = unique_key("telemetry-level");
+    metrics();
+    let read = ok(&server, quiet.read_lock(name.as_str()).acquire().await);
+    ok(&server, read.release().await);
+    let span = ended(&server, &name).await;
+    assert_eq!(span["level"], "DEBUG", "{span:?}");
+    assert_eq!(span["kind"], "read-write", "{span:?}");
+    let after = metrics();
+    assert_eq!(
+        after.counter(LOCK_ACQUIRED_TOTAL, &[("kind", "read-write")]),
+        1,
+        "{after:?}"
+    );
+
+    let default = connect(builder(&server)).await;
+    let other = unique_key("telemetry-level");
+    let guard = ok(&server, default.lock(other.as_str()).acquire().await);
+    ok(&server, guard.release().await);
+    assert_eq!(ended(&server, &other).await["level"], "INFO");
+}

@@ -139,6 +139,28 @@ impl LockClientBuilder {
         self
     }
 
+    /// The level of the `lock` span each acquisition opens (see
+    /// [`LockGuard::span`](crate::LockGuard::span)); default `INFO`. A
+    /// library in a larger application often wants `DEBUG`, so that its
+    /// locks show only when asked for. Events at `WARN` (a lock lost, a
+    /// failed release) name their lock themselves and show whatever this
+    /// level is.
+    ///
+    /// ```no_run
+    /// # async fn run() -> Result<(), lock_runtime::LockError> {
+    /// let locks = lock_runtime::LockClient::builder("redis://127.0.0.1:6379")
+    ///     .span_level(tracing::Level::DEBUG)
+    ///     .connect()
+    ///     .await?;
+    /// # drop(locks);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn span_level(mut self, level: tracing::Level) -> Self {
+        self.config.span_level = level;
+        self
+    }
+
     /// Connect even to a server that may evict keys (default: refuse).
     ///
     /// Lock keys expire after their lease, so under a `maxmemory` limit any

@@ -144,7 +144,8 @@ impl LockGuard {
     /// section of [`scope`](LockGuard::scope) (and so the body of a
     /// `#[distributed_lock]` function) and the release run inside it.
     ///
-    /// Named `lock`, level `INFO`, target `lock_runtime::telemetry`, with
+    /// Named `lock`, level `INFO` (or the client's
+    /// [`span_level`](crate::LockClientBuilder::span_level)), target `lock_runtime::telemetry`, with
     /// these fields, recorded as they become known:
     ///
     /// | field          | value                                                      |

@@ -115,7 +115,7 @@ impl LockRequest {
     /// lock, which stays held for the lease at most (unless extended with
     /// [`LockGuard::extend`]). When the lease runs out while the guard
     /// lives, [`lost`](LockGuard::lost) fires (a
-    /// [`LossReason::Expired`](crate::LossReason::Expired) loss), and a
+    /// [`LossReason::LeaseEnded`](crate::LossReason::LeaseEnded) loss), and a
     /// `#[distributed_lock]` body is stopped. For jobs that must never hold
     /// a lock longer than a bound (`lock_at_most` of the attribute).
     ///
@@ -220,7 +220,8 @@ impl LockRequest {
     /// [`LockError`] otherwise.
     pub async fn acquire(self) -> Result<LockGuard, LockError> {
         // The span lives on in the guard: see the `telemetry` module.
-        let acquiring = Acquiring::start(self.kind, &self.label);
+        let level = self.client.inner.config.span_level;
+        let acquiring = Acquiring::start(self.kind, &self.label, level);
         let span = acquiring.span().clone();
         let result = self.acquire_inner(&span).instrument(span.clone()).await;
         match &result {

@@ -36,6 +36,8 @@ pub(crate) struct Config {
     pub(crate) replica_timeout: Duration,
     /// Connect to servers that may evict keys (see `allow_eviction`).
     pub(crate) allow_eviction: bool,
+    /// The level of each lock's `tracing` span.
+    pub(crate) span_level: tracing::Level,
 }
 
 impl Default for Config {
@@ -54,6 +56,7 @@ impl Default for Config {
             min_replicas: 0,
             replica_timeout: Duration::from_millis(500),
             allow_eviction: false,
+            span_level: tracing::Level::INFO,
         }
     }
 }

@@ -145,6 +145,10 @@ pub enum LossReason {
     Expired,
     /// Releasing found the lock already gone or taken over.
     NotHeldAtRelease,
+    /// Its fixed lease ran out: it was taken with
+    /// [`fixed_lease`](crate::LockRequest::fixed_lease) (`lock_at_most` of
+    /// the attribute) and held to the end of it.
+    LeaseEnded,
 }
 
 impl fmt::Display for LossReason {
@@ -153,6 +157,7 @@ impl fmt::Display for LossReason {
             LossReason::NotHeld => "renewal found it deleted or held by another owner",
             LossReason::Expired => "no renewal confirmed before its lease could run out",
             LossReason::NotHeldAtRelease => "it was no longer held when released",
+            LossReason::LeaseEnded => "its fixed lease ran out",
         })
     }
 }

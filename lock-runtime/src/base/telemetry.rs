@@ -7,8 +7,8 @@
 //!
 //! # The span
 //!
-//! Each acquisition opens an `INFO` span named `lock` that lives as long as
-//! the guard; its fields are listed on [`LockGuard::span`], the public face
+//! Each acquisition opens a span named `lock` (at `INFO`, or the client's
+//! `span_level`) that lives as long as the guard; its fields are listed on [`LockGuard::span`], the public face
 //! of this part. The acquire, the critical section and the release run
 //! inside it; the watchdog's events about a lock name it as their parent.
 //!
@@ -31,8 +31,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use tokio::time::Instant;
-use tracing::Span;
 use tracing::field::{Empty, display};
+use tracing::{Level, Span};
 
 use crate::base::error::{LockError, LossReason};
 use crate::base::kind::Kind;
@@ -41,14 +41,17 @@ use crate::base::kind::Kind;
 /// [`metrics`](https://docs.rs/metrics) facade (with its default `metrics`
 /// feature), for dashboards, alerts and tests.
 ///
-/// They follow the Prometheus conventions: base units in the name
-/// (`_seconds`), `_total` on counters. Histograms are in seconds. Labels:
+/// They follow the Prometheus conventions: the crate's name as a prefix
+/// (`lock_runtime_`), so that they cannot collide with an application's
+/// own metrics about its locks; base units in the name (`_seconds`),
+/// `_total` on counters. Histograms are in seconds. Labels:
 ///
 /// * `kind`: [`LockKind`](crate::LockKind) as a string: `exclusive` (also
 ///   write locks and `lock_all`), `semaphore`, `read-write` (read locks),
 ///   `fair`;
 /// * `outcome`: on the histograms, how the wait or hold ended;
-/// * `reason` on [`LOCK_LOST_TOTAL`]: `not_held`, `expired`, `not_held_at_release`;
+/// * `reason` on [`LOCK_LOST_TOTAL`]: `not_held`, `expired`, `not_held_at_release`,
+///   `lease_ended`;
 /// * `operation` and `error` on [`LOCK_ERRORS_TOTAL`].
 ///
 /// The lock's key is never a label (one series per order id would be
@@ -57,40 +60,41 @@ use crate::base::kind::Kind;
 /// ```
 /// use lock_runtime::metric_names;
 ///
-/// assert_eq!(metric_names::LOCK_WAIT_SECONDS, "lock_wait_seconds");
-/// assert!(metric_names::ALL.contains(&"lock_held"));
+/// assert_eq!(metric_names::LOCK_WAIT_SECONDS, "lock_runtime_wait_seconds");
+/// assert!(metric_names::ALL.contains(&"lock_runtime_locks_held"));
 /// ```
 pub mod metric_names {
     /// Counter: locks taken (each re-entry counts too). Labels: `kind`.
-    pub const LOCK_ACQUIRED_TOTAL: &str = "lock_acquired_total";
+    pub const LOCK_ACQUIRED_TOTAL: &str = "lock_runtime_acquired_total";
     /// Counter: acquisitions that gave up because the lock stayed taken for
     /// the whole wait. Labels: `kind`.
-    pub const LOCK_TIMEOUTS_TOTAL: &str = "lock_timeouts_total";
+    pub const LOCK_TIMEOUTS_TOTAL: &str = "lock_runtime_timeouts_total";
     /// Counter: held locks found lost, once per lock. Labels: `kind`,
     /// `reason` (`not_held`: a renewal found it deleted or taken over;
-    /// `expired`: no renewal was confirmed in time; `not_held_at_release`).
-    pub const LOCK_LOST_TOTAL: &str = "lock_lost_total";
+    /// `expired`: no renewal was confirmed in time; `not_held_at_release`;
+    /// `lease_ended`: a fixed lease ran out).
+    pub const LOCK_LOST_TOTAL: &str = "lock_runtime_lost_total";
     /// Counter: guards released, explicitly or on drop, with the lock
     /// still held. Labels: `kind`.
-    pub const LOCK_RELEASED_TOTAL: &str = "lock_released_total";
+    pub const LOCK_RELEASED_TOTAL: &str = "lock_runtime_released_total";
     /// Counter: errors other than timeouts and losses. Labels: `kind`,
     /// `operation` (`acquire`, `release`, `renew`; a failed renewal round
     /// trip counts once per lock it carried), `error` (`unavailable`,
     /// `command_timeout`, `not_replicated`, `no_quorum`, `wrong_type`,
     /// `read_only`, `auth`, `config`, `redis`, `no_runtime`).
-    pub const LOCK_ERRORS_TOTAL: &str = "lock_errors_total";
+    pub const LOCK_ERRORS_TOTAL: &str = "lock_runtime_errors_total";
     /// Histogram, seconds: time to take a lock. Labels: `kind`, `outcome`
     /// (`acquired`, `timed_out`, `error`).
-    pub const LOCK_WAIT_SECONDS: &str = "lock_wait_seconds";
+    pub const LOCK_WAIT_SECONDS: &str = "lock_runtime_wait_seconds";
     /// Histogram, seconds: time a lock was held, per guard. Labels: `kind`,
     /// `outcome` (`released`, `lost`, `error`).
-    pub const LOCK_HOLD_SECONDS: &str = "lock_hold_seconds";
+    pub const LOCK_HOLD_SECONDS: &str = "lock_runtime_hold_seconds";
     /// Histogram, seconds: one per renewal call of the watchdog, which
     /// renews many locks at once. Labels: `outcome` (`ok`, `error`).
-    pub const LOCK_RENEWAL_ROUND_TRIP_SECONDS: &str = "lock_renewal_round_trip_seconds";
+    pub const LOCK_RENEWAL_ROUND_TRIP_SECONDS: &str = "lock_runtime_renewal_round_trip_seconds";
     /// Gauge: locks this process holds now (a re-entered lock counts once).
     /// Labels: `kind`.
-    pub const LOCK_HELD: &str = "lock_held";
+    pub const LOCK_HELD: &str = "lock_runtime_locks_held";
 
     /// Every name above.
     pub const ALL: [&str; 9] = [
@@ -221,6 +225,7 @@ fn reason_label(reason: LossReason) -> &'static str {
         LossReason::NotHeld => "not_held",
         LossReason::Expired => "expired",
         LossReason::NotHeldAtRelease => "not_held_at_release",
+        LossReason::LeaseEnded => "lease_ended",
     }
 }
 
@@ -232,23 +237,41 @@ pub(crate) struct Acquiring {
 }
 
 impl Acquiring {
-    /// Opens the `lock` span of a request for `key`.
-    pub(crate) fn start(kind: Kind, key: &str) -> Acquiring {
+    /// Opens the `lock` span of a request for `key`, at `level`.
+    pub(crate) fn start(kind: Kind, key: &str, level: Level) -> Acquiring {
         describe_once();
         let kind = kind_label(kind);
-        let span = tracing::info_span!(
-            "lock",
-            key,
-            kind,
-            fence = Empty,
-            fences = Empty,
-            depth = Empty,
-            wait_seconds = Empty,
-            hold_seconds = Empty,
-            renewals = Empty,
-            outcome = Empty,
-            error = Empty,
-        );
+        // A span's level is part of its callsite, a constant: one callsite
+        // per level.
+        macro_rules! lock_span {
+            ($level:expr) => {
+                tracing::span!(
+                    $level,
+                    "lock",
+                    key,
+                    kind,
+                    fence = Empty,
+                    fences = Empty,
+                    depth = Empty,
+                    wait_seconds = Empty,
+                    hold_seconds = Empty,
+                    renewals = Empty,
+                    outcome = Empty,
+                    error = Empty,
+                )
+            };
+        }
+        let span = if level == Level::ERROR {
+            lock_span!(Level::ERROR)
+        } else if level == Level::WARN {
+            lock_span!(Level::WARN)
+        } else if level == Level::INFO {
+            lock_span!(Level::INFO)
+        } else if level == Level::DEBUG {
+            lock_span!(Level::DEBUG)
+        } else {
+            lock_span!(Level::TRACE)
+        };
         Acquiring {
             span,
             kind,

@@ -346,7 +346,12 @@ pub(crate) async fn run(registry: Arc<Registry>, backend: Backend, shutdown: Can
     loop {
         let (overdue, due, next) = registry.sweep(Instant::now());
         for held in overdue {
-            held.declare_lost(LossReason::Expired);
+            let reason = if held.timing().renewed {
+                LossReason::Expired
+            } else {
+                LossReason::LeaseEnded
+            };
+            held.declare_lost(reason);
         }
         for batch in due.chunks(BATCH) {
             tokio::spawn(renew(registry.clone(), backend.clone(), batch.to_vec()));

@@ -155,6 +155,7 @@ where
             return;
         }
         let mut fields = HashMap::new();
+        fields.insert("level".to_owned(), attrs.metadata().level().to_string());
         attrs.record(&mut Visitor(&mut fields));
         let fields = Arc::new(Mutex::new(fields));
         self.open
