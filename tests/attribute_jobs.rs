@@ -14,30 +14,7 @@ use lock_runtime::{LockClient, LockError, distributed_lock};
 use lock_testkit::{RedisServer, unique_key};
 mod support;
 
-use support::{connect, redis_key};
-
-/// Bound for anything that should happen "promptly": far above the
-/// expected milliseconds, far below the 60 s sleeps a stopped body would
-/// otherwise finish.
-const PROMPTLY: Duration = Duration::from_secs(10);
-
-/// Fails the test instead of hanging it.
-async fn promptly<F: Future>(what: &str, fut: F) -> F::Output {
-    tokio::time::timeout(PROMPTLY, fut)
-        .await
-        .unwrap_or_else(|_| panic!("{what} did not finish within {PROMPTLY:?}"))
-}
-
-/// Takes `name` through the runtime API without waiting: proves it is free.
-async fn free_now(locks: &LockClient, name: &str) {
-    let guard = locks
-        .lock(name)
-        .wait(Duration::ZERO)
-        .acquire()
-        .await
-        .unwrap_or_else(|err| panic!("`{name}` is not free: {err}"));
-    guard.release().await.expect("release");
-}
+use support::{PROMPTLY, connect, free_now, promptly, redis_key};
 
 /// Tries `name` through the runtime API without waiting: proves it is taken.
 async fn busy_now(locks: &LockClient, name: &str) {

@@ -287,12 +287,7 @@ impl LockRequest {
         // waiting without the lock, it takes the mark back.
         let mut marked = (!self.wait.is_zero()
             && matches!(self.kind, Kind::Exclusive | Kind::Read))
-        .then(|| Marked {
-            request: &self,
-            keys: &keys,
-            owner: owner.clone(),
-            waiting: true,
-        });
+        .then(|| Waiting::new(&self, &keys, &owner, Trace::Marks));
 
         // Tasks of this process already waiting for the lock go first: a
         // newcomer (often the task that just released it) that tried at once
@@ -308,7 +303,7 @@ impl LockRequest {
         if !behind {
             match self.attempt(&keys, &owner, deadline, span).await {
                 Ok(Outcome::Taken(guard)) => {
-                    Marked::taken(&mut marked);
+                    Waiting::taken(&mut marked);
                     return Ok(guard);
                 }
                 Ok(Outcome::Busy { .. }) if self.wait.is_zero() => {
@@ -320,7 +315,7 @@ impl LockRequest {
                 }
                 Err(_) => {
                     owner = self.abandon(&keys, owner);
-                    Marked::new_owner(&mut marked, &owner);
+                    Waiting::new_owner(&mut marked, &owner);
                 }
             }
         }
@@ -340,12 +335,8 @@ impl LockRequest {
             .watch(keys.iter().map(|lock| lock.channel.as_str()), wake);
         // The first attempt put a fair waiter in line; it leaves the line if
         // it stops waiting without the lock.
-        let mut in_line = (self.kind == Kind::Fair).then(|| InLine {
-            request: &self,
-            keys: &keys[0],
-            owner: owner.clone(),
-            waiting: true,
-        });
+        let mut in_line = (self.kind == Kind::Fair)
+            .then(|| Waiting::new(&self, &keys, &owner, Trace::PlaceInLine));
         tokio::select! {
             _ = watch.subscribed() => {}
             _ = tokio::time::sleep_until(deadline) => {}
@@ -370,10 +361,8 @@ impl LockRequest {
             };
             let mut wake = match attempt {
                 Ok(Outcome::Taken(guard)) => {
-                    if let Some(in_line) = &mut in_line {
-                        in_line.waiting = false;
-                    }
-                    Marked::taken(&mut marked);
+                    Waiting::taken(&mut in_line);
+                    Waiting::taken(&mut marked);
                     watch.acquired();
                     return Ok(guard);
                 }
@@ -388,7 +377,7 @@ impl LockRequest {
                 Err(err) if err.is_unavailable() && scoped.is_none() && in_line.is_none() => {
                     tracing::debug!(error = %err, "acquire failed; retrying");
                     owner = self.abandon(&keys, owner);
-                    Marked::new_owner(&mut marked, &owner);
+                    Waiting::new_owner(&mut marked, &owner);
                     last_error = Some(err);
                     backoff = (backoff * 2).min(Duration::from_millis(500));
                     now + backoff
@@ -509,51 +498,82 @@ impl LockRequest {
     }
 }
 
-/// The turn-taking marks a waiting writer or reader may have set (a writer
-/// waiting for readers holds new readers back; waiting readers hold back a
-/// writer that just let go), taken back if it stops waiting without the lock
-/// (timeout, error, or the caller dropping the future), so that the other
-/// side is not held back for a turn nobody takes. A waiter that dies leaves
-/// marks that lapse within `FAIR_STAY` (and its lease).
-struct Marked<'a> {
+/// What a waiter leaves in Redis while it waits, and takes back if it stops
+/// waiting without the lock (timeout, error, or the caller dropping the
+/// future), so that nobody is held back for a turn nobody takes. A waiter
+/// that dies leaves what lapses by itself within `FAIR_STAY` (and its lease).
+#[derive(Debug, Clone, Copy)]
+enum Trace {
+    /// The turn-taking marks of a waiting writer or reader (a writer
+    /// waiting for readers holds new readers back; waiting readers hold
+    /// back a writer that just let go).
+    Marks,
+    /// A fair waiter's place in line, which would hold up the waiters
+    /// behind it.
+    PlaceInLine,
+}
+
+/// A waiter's [`Trace`], taken back on drop unless the lock was taken.
+struct Waiting<'a> {
     request: &'a LockRequest,
     keys: &'a [LockKeys],
     owner: Arc<str>,
+    trace: Trace,
     waiting: bool,
 }
 
-impl Marked<'_> {
-    /// The lock was taken: the acquisition took the marks back itself.
-    fn taken(marked: &mut Option<Self>) {
-        if let Some(marked) = marked {
-            marked.waiting = false;
+impl<'a> Waiting<'a> {
+    fn new(request: &'a LockRequest, keys: &'a [LockKeys], owner: &Arc<str>, trace: Trace) -> Self {
+        Waiting {
+            request,
+            keys,
+            owner: owner.clone(),
+            trace,
+            waiting: true,
         }
     }
 
-    /// Attempts go on under a new owner id: the old one's marks lapse.
-    fn new_owner(marked: &mut Option<Self>, owner: &Arc<str>) {
-        if let Some(marked) = marked {
-            marked.owner = owner.clone();
+    /// The lock was taken: the acquisition took the trace back itself.
+    fn taken(waiting: &mut Option<Self>) {
+        if let Some(waiting) = waiting {
+            waiting.waiting = false;
+        }
+    }
+
+    /// Attempts go on under a new owner id: the old one's trace lapses.
+    fn new_owner(waiting: &mut Option<Self>, owner: &Arc<str>) {
+        if let Some(waiting) = waiting {
+            waiting.owner = owner.clone();
         }
     }
 }
 
-impl Drop for Marked<'_> {
+impl Drop for Waiting<'_> {
     fn drop(&mut self) {
         if !self.waiting {
             return;
         }
         let backend = self.request.client.inner.backend.clone();
-        let (label, keys, owner) = (
+        let (label, keys, owner, trace) = (
             self.request.label.clone(),
             self.keys.to_vec(),
             self.owner.clone(),
+            self.trace,
         );
         let undo = {
             let label = label.clone();
-            async move { backend.leave_turns(&label, &keys, &owner).await }
+            async move {
+                match trace {
+                    Trace::Marks => backend.leave_turns(&label, &keys, &owner).await,
+                    Trace::PlaceInLine => backend.leave_line(&label, &keys[0], &owner).await,
+                }
+            }
         };
-        undo_in_background(label, "taking back a waiting mark failed; it lapses", undo);
+        let failed = match trace {
+            Trace::Marks => "taking back a waiting mark failed; it lapses",
+            Trace::PlaceInLine => "leaving the line failed; the place lapses",
+        };
+        undo_in_background(label, failed, undo);
     }
 }
 
@@ -573,33 +593,4 @@ fn undo_in_background(
             tracing::debug!(%key, error = %err, "{failed}");
         }
     });
-}
-
-/// A fair waiter's place in line, given up if it stops waiting without the
-/// lock (timeout, error, or the caller dropping the future), so that it
-/// never holds up the waiters behind it.
-struct InLine<'a> {
-    request: &'a LockRequest,
-    keys: &'a LockKeys,
-    owner: Arc<str>,
-    waiting: bool,
-}
-
-impl Drop for InLine<'_> {
-    fn drop(&mut self) {
-        if !self.waiting {
-            return;
-        }
-        let backend = self.request.client.inner.backend.clone();
-        let (label, keys, owner) = (
-            self.request.label.clone(),
-            self.keys.clone(),
-            self.owner.clone(),
-        );
-        let undo = {
-            let label = label.clone();
-            async move { backend.leave_line(&label, &keys, &owner).await }
-        };
-        undo_in_background(label, "leaving the line failed; the place lapses", undo);
-    }
 }
