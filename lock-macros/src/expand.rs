@@ -225,7 +225,8 @@ fn kind(kind: Kind, private: &TokenStream) -> TokenStream {
         Kind::Exclusive => quote!(#private::Kind::Exclusive),
         Kind::Permits(permits) => {
             let permits = Literal::u32_suffixed(permits);
-            quote!(#private::Kind::Permits(#permits))
+            // One of `permits` permits.
+            quote!(#private::Kind::Permits(::core::convert::From::from(#permits)))
         }
         Kind::Read => quote!(#private::Kind::Read),
         Kind::Fair => quote!(#private::Kind::Fair),
@@ -463,7 +464,9 @@ mod tests {
             ),
         );
         assert!(
-            code.contains("__private :: Kind :: Permits (3u32)"),
+            code.contains(
+                "__private :: Kind :: Permits (:: core :: convert :: From :: from (3u32))"
+            ),
             "{code}"
         );
         assert!(code.contains("__private :: acquire_with"), "{code}");

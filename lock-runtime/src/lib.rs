@@ -86,6 +86,7 @@ pub use api::builder::LockClientBuilder;
 pub use api::client::LockClient;
 pub use api::guard::LockGuard;
 pub use api::install::{install, installed};
+pub use api::leader::{Election, LeaderInfo, Leadership};
 pub use api::request::LockRequest;
 pub use api::scope::{CurrentLock, current, current_locks};
 pub use base::config::MIN_LEASE;

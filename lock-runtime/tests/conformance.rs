@@ -114,6 +114,9 @@ conformance! {
     try_acquire_says_none_while_the_lock_is_taken,
     a_fixed_lease_is_a_hard_bound_unless_extended,
     a_lock_held_at_least_stays_taken_after_an_early_release,
+    an_election_has_one_leader_who_hands_over_on_resign_and_drop,
+    a_semaphore_holder_takes_several_permits_all_or_none,
+    a_semaphore_keeps_the_number_of_permits_its_first_holder_named,
 }
 
 async fn contending_clients_exclude_each_other_and_fences_grow(store: Store) {
@@ -582,4 +585,121 @@ async fn a_lock_held_at_least_stays_taken_after_an_early_release(store: Store) {
         .acquire()
         .await;
     assert!(matches!(refused, Err(LockError::Config(_))), "{refused:?}");
+}
+
+/// Campaigns in a task of its own; resolves to when it ended and how.
+fn spawn_campaign(
+    election: lock_runtime::Election,
+) -> tokio::task::JoinHandle<(Instant, Result<lock_runtime::Leadership, LockError>)> {
+    tokio::spawn(async move {
+        let outcome = election.campaign().await;
+        (Instant::now(), outcome)
+    })
+}
+
+async fn an_election_has_one_leader_who_hands_over_on_resign_and_drop(store: Store) {
+    let (first, second) = (store.client().await, store.client().await);
+    let name = unique_key("election");
+    // Far longer than the bounds below: only a release explains a handover.
+    let lease = Duration::from_secs(30);
+    let election = |locks: &LockClient| locks.election(name.as_str()).lease(lease);
+    assert_eq!(store.ok(second.leader_of(&name).await), None);
+
+    let leader = store.ok(election(&first).campaign().await);
+    assert!(store.ok(election(&second).try_lead().await).is_none());
+    let info = store.ok(second.leader_of(&name).await).expect("a leader");
+    assert!(info.is_held_by(&first));
+    assert_eq!(info.fence, leader.fence());
+
+    // Resigning hands over to the waiting candidate at once.
+    let waiting = spawn_campaign(election(&second));
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(!waiting.is_finished(), "two leaders at once");
+    let (old, resigned) = (leader.fence(), Instant::now());
+    store.ok(leader.resign().await);
+    let (at, leader) = store
+        .within(Duration::from_secs(10), "handover on resign", waiting)
+        .await
+        .unwrap();
+    let leader = store.ok(leader);
+    assert!(at.duration_since(resigned) < Duration::from_secs(5));
+    assert!(leader.fence() > old);
+    let info = store.ok(first.leader_of(&name).await).expect("a leader");
+    assert!(info.is_held_by(&second));
+
+    // So does dropping the leadership.
+    let waiting = spawn_campaign(election(&first));
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(!waiting.is_finished(), "two leaders at once");
+    let (old, dropped) = (leader.fence(), Instant::now());
+    drop(leader);
+    let (at, leader) = store
+        .within(Duration::from_secs(10), "handover on drop", waiting)
+        .await
+        .unwrap();
+    let leader = store.ok(leader);
+    assert!(at.duration_since(dropped) < Duration::from_secs(5));
+    assert!(leader.fence() > old);
+    assert_eq!(
+        store.ok(leader.scope(async { leader.fence() }).await),
+        leader.fence()
+    );
+    store.ok(leader.resign().await);
+    assert_eq!(store.ok(second.leader_of(&name).await), None);
+}
+
+async fn a_semaphore_holder_takes_several_permits_all_or_none(store: Store) {
+    let (first, second) = (store.client().await, store.client().await);
+    let name = unique_key("several");
+    let three = store.ok(first.semaphore(name.as_str(), 4).permits(3).acquire().await);
+    busy(
+        second.semaphore(name.as_str(), 4).permits(2),
+        "two of the one left",
+    )
+    .await;
+    let one = store.ok(second.semaphore(name.as_str(), 4).acquire().await);
+    busy(second.semaphore(name.as_str(), 4), "all four taken").await;
+    let info = store.ok(second.inspect(&name).await).expect("held");
+    assert_eq!(info.limit, Some(4));
+    assert_eq!(info.holders.iter().map(|h| h.permits).sum::<u32>(), 4);
+
+    // Its release gives all three back: a waiter for three gets in.
+    let waiting = spawn_acquire(
+        second
+            .semaphore(name.as_str(), 4)
+            .permits(3)
+            .wait(Duration::from_secs(20)),
+    );
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(!waiting.is_finished(), "three permits of one free");
+    store.ok(three.release().await);
+    let (_, again) = store
+        .within(Duration::from_secs(10), "three permits", waiting)
+        .await
+        .unwrap();
+    store.ok(store.ok(again).release().await);
+    store.ok(one.release().await);
+    assert_eq!(store.ok(first.inspect(&name).await), None);
+}
+
+async fn a_semaphore_keeps_the_number_of_permits_its_first_holder_named(store: Store) {
+    let (first, second) = (store.client().await, store.client().await);
+    let name = unique_key("recorded");
+    let held = store.ok(first.semaphore(name.as_str(), 2).acquire().await);
+    let refused = second.semaphore(name.as_str(), 3).acquire().await;
+    match refused {
+        Err(LockError::Config(text)) => assert!(text.contains("has 2 permits, not 3"), "{text}"),
+        other => panic!("another number of permits: {other:?}"),
+    }
+    store.ok(held.release().await);
+    // Empty: forgotten, so another number may start it afresh.
+    let held = store.ok(second
+        .semaphore(name.as_str(), 3)
+        .permits(3)
+        .acquire()
+        .await);
+    busy(first.semaphore(name.as_str(), 3), "three of three taken").await;
+    let refused = first.semaphore(name.as_str(), 2).try_acquire().await;
+    assert!(matches!(refused, Err(LockError::Config(_))), "{refused:?}");
+    store.ok(held.release().await);
 }

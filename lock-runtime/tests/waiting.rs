@@ -59,6 +59,21 @@ async fn wait_zero_tries_once() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unbounded_wait_waits_for_the_release() {
+    let (server, [holder, waiter]) = start_server_with_clients().await;
+    let name = unique_key("wait-max");
+    let guard = ok(&server, holder.lock(name.as_str()).acquire().await);
+    let waiting = spawn_acquire(waiter.lock(name.as_str()).wait(Duration::MAX));
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(!waiting.is_finished(), "waits while the lock is held");
+    ok(&server, guard.release().await);
+    let (_, taken) = within(&server, Duration::from_secs(10), "the waiter", waiting)
+        .await
+        .unwrap();
+    ok(&server, ok(&server, taken).release().await);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_waiter_takes_over_right_after_a_release_despite_a_long_lease() {
     let (server, [holder, waiter]) = start_server_with_clients().await;
     let name = unique_key("handoff");

@@ -61,6 +61,10 @@ pub struct Holder {
     pub mode: HoldMode,
     /// How many times the holder has entered the lock (re-entry depth).
     pub count: u64,
+    /// How many of a semaphore's permits the holder holds (see
+    /// [`LockRequest::permits`](crate::LockRequest::permits)); 1 for the
+    /// other modes.
+    pub permits: u32,
     /// The holder's fencing token (on Redlock masters, see
     /// [`LockClient::inspect`]).
     pub fence: u64,
@@ -114,6 +118,11 @@ pub struct LockInfo {
     pub kind: LockKind,
     /// Who holds it; empty while fair waiters wait for a lock just released.
     pub holders: Vec<Holder>,
+    /// A semaphore's number of permits, as its holders recorded it (`None`
+    /// for the other kinds, and for holders of a version that recorded
+    /// none). The permits of [`holders`](Self::holders) add up to at most
+    /// this.
+    pub limit: Option<u32>,
     /// Who waits for it.
     pub waiters: Waiters,
 }
@@ -141,6 +150,8 @@ struct Seen {
     holders: Vec<Holder>,
     queued: Vec<String>,
     subscribers: u64,
+    /// A semaphore's number of permits (`None`: none recorded).
+    limit: Option<u32>,
 }
 
 impl Seen {
@@ -526,14 +537,15 @@ fn parse_seen(reply: Value) -> Option<Seen> {
     let Value::Array(parts) = reply else {
         return None;
     };
-    let [lock_type, fair, holders, queued, subscribers]: [Value; 5] = parts.try_into().ok()?;
+    let [lock_type, fair, holders, queued, subscribers, limit]: [Value; 6] =
+        parts.try_into().ok()?;
     let text = |value: &Value| String::from_redis_value_ref(value).ok();
     let number = |value: &Value| i64::from_redis_value_ref(value).ok();
     let Value::Array(holders) = holders else {
         return None;
     };
     let holders = holders
-        .chunks_exact(5)
+        .chunks_exact(6)
         .map(|h| {
             let owner = text(&h[1])?;
             Some(Holder {
@@ -549,6 +561,7 @@ fn parse_seen(reply: Value) -> Option<Seen> {
                 ttl: u64::try_from(number(&h[4])?)
                     .ok()
                     .map(Duration::from_millis),
+                permits: u32::try_from(number(&h[5])?).unwrap_or(1),
             })
         })
         .collect::<Option<Vec<_>>>()?;
@@ -558,6 +571,9 @@ fn parse_seen(reply: Value) -> Option<Seen> {
         holders,
         queued: Vec::<String>::from_redis_value(queued).ok()?,
         subscribers: u64::try_from(number(&subscribers)?).unwrap_or(0),
+        limit: u32::try_from(number(&limit)?)
+            .ok()
+            .filter(|&limit| limit > 0),
     })
 }
 
@@ -588,10 +604,12 @@ fn merge(prefix: &str, name: &str, keys: &LockKeys, seen: Vec<Option<Seen>>) -> 
             let ttl = views[majority - 1].ttl;
             let fence = views.iter().map(|h| h.fence).max().unwrap_or(0);
             let count = views.iter().map(|h| h.count).max().unwrap_or(0);
+            let permits = views.iter().map(|h| h.permits).max().unwrap_or(1);
             Holder {
                 ttl,
                 fence,
                 count,
+                permits,
                 ..views.swap_remove(0)
             }
         })
@@ -625,11 +643,23 @@ fn merge(prefix: &str, name: &str, keys: &LockKeys, seen: Vec<Option<Seen>>) -> 
         LockKind::Exclusive
     };
     let subscribers = answered.iter().map(|s| s.subscribers).max().unwrap_or(0);
+    // The number most stores recorded (they agree but for a store that
+    // missed the semaphore's start: see `backend`'s module docs), the
+    // larger on a tie.
+    let mut limits: BTreeMap<u32, usize> = BTreeMap::new();
+    for limit in answered.iter().filter_map(|s| s.limit) {
+        *limits.entry(limit).or_default() += 1;
+    }
+    let limit = (kind == LockKind::Semaphore)
+        .then(|| limits.into_iter().max_by_key(|&(limit, n)| (n, limit)))
+        .flatten()
+        .map(|(limit, _)| limit);
     Some(LockInfo {
         name: lock_name(prefix, &keys.lock).unwrap_or_else(|| name.to_owned()),
         key: keys.lock.clone(),
         kind,
         holders,
+        limit,
         waiters: Waiters {
             subscribers,
             queued,

@@ -5,6 +5,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
+use redis::ConnectionInfo;
+use redis::aio::ConnectionLike;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
@@ -16,7 +18,9 @@ use crate::base::owner;
 use crate::engine::backend::{self, Backend, Topology};
 use crate::engine::wakeups::{OnDisconnect, Subscriber, Wakeups};
 use crate::engine::watchdog::{self, Registry};
-use crate::store::connection::{self, Conn, Following, Managed, OnSwitch, Sentinels};
+use crate::store::connection::{
+    self, ClusterSource, Conn, Following, Managed, OnSwitch, Sentinels,
+};
 use crate::store::deployment::Deployment;
 #[cfg(feature = "memory")]
 use crate::store::memory::MemoryStore;
@@ -112,19 +116,25 @@ struct Connected {
     address: String,
 }
 
-/// Opens the command connections to one server and its subscriber.
+/// Opens the command connections to one server and its subscriber: three
+/// connections, each a redis-rs [`ConnectionManager`](redis::aio::ConnectionManager)
+/// (one TCP connection, reopened when it drops). With `shared`, the
+/// application's manager is the command connection and two are opened.
 async fn connect_server(
-    url: &str,
+    info: ConnectionInfo,
     config: &Config,
     push: impl redis::aio::AsyncPushSender + Clone,
+    shared: Option<redis::aio::ConnectionManager>,
 ) -> Result<(Connected, Subscriber), LockError> {
-    let info = connection::connection_info(url)?;
     let address = info.addr().to_string();
     let client = connection::redis_client(info.clone(), config)?;
     let subscriber_client = connection::redis_client(connection::resp3(info), config)?;
     let settings = connection::manager_config(config);
     let opened = async {
-        let conn = Managed::connect(client.clone(), settings.clone()).await?;
+        let conn = match shared {
+            Some(manager) => Managed::shared(client.clone(), settings.clone(), manager),
+            None => Managed::connect(client.clone(), settings.clone()).await?,
+        };
         let replicated = Managed::connect(client, settings.clone()).await?;
         let subscriber =
             Managed::connect(subscriber_client, settings.set_push_sender(push)).await?;
@@ -143,6 +153,183 @@ async fn connect_server(
     ))
 }
 
+/// The `run_id` of the server behind `conn`, within `timeout`.
+async fn run_id(conn: &Conn, timeout: Duration) -> Result<String, LockError> {
+    let mut conn = conn.clone();
+    match tokio::time::timeout(timeout, conn.info("server")).await {
+        Ok(Ok(infos)) => Ok(infos
+            .first()
+            .map(|info| info_field(info, "run_id"))
+            .unwrap_or_default()),
+        Ok(Err(err)) => Err(LockError::from_redis(None, err)),
+        Err(_) => Err(LockError::CommandTimeout {
+            key: None,
+            after: timeout,
+        }),
+    }
+}
+
+/// Checks that an application's shared manager and the client given with
+/// it reach one server and one database: the scripts run on the one and
+/// the replicated writes and release messages on the other, which would
+/// otherwise be two lock stores.
+async fn check_shared(
+    connected: &Connected,
+    manager_db: i64,
+    client_db: i64,
+    config: &Config,
+) -> Result<(), LockError> {
+    if manager_db != client_db {
+        return Err(LockError::Config(format!(
+            "Deployment::shared: the ConnectionManager uses database {manager_db} and the \
+             client database {client_db}; both must reach the same server and database"
+        )));
+    }
+    let shared = run_id(&connected.conn, config.command_timeout).await?;
+    let own = run_id(&connected.replicated, config.command_timeout).await?;
+    if shared != own {
+        return Err(LockError::Config(format!(
+            "Deployment::shared: the ConnectionManager and the client reach two different \
+             servers (run ids {shared} and {own}; the client's is {}); both must reach the \
+             same server",
+            connected.address
+        )));
+    }
+    Ok(())
+}
+
+/// Checks that the server behind a Sentinel client's connection is a
+/// master: a `SentinelClient` built for replicas would send every lock to
+/// a replica, which refuses them.
+async fn check_master(connected: &Connected, config: &Config) -> Result<(), LockError> {
+    let mut conn = connected.conn.clone();
+    let infos = match tokio::time::timeout(config.command_timeout, conn.info("replication")).await {
+        Ok(result) => result.map_err(|err| LockError::from_redis(None, err))?,
+        Err(_) => {
+            return Err(LockError::CommandTimeout {
+                key: None,
+                after: config.command_timeout,
+            });
+        }
+    };
+    match infos.first().map(|info| info_field(info, "role")) {
+        Some(role) if role != "master" => Err(LockError::Config(format!(
+            "the SentinelClient leads to a {role}, not a master: build it with \
+             SentinelServerType::Master ({})",
+            connected.address
+        ))),
+        _ => Ok(()),
+    }
+}
+
+/// Opens the connections to a Cluster: two command connections and a
+/// subscriber, each connected to every node (masters and replicas).
+async fn connect_cluster(
+    source: ClusterSource,
+    address: String,
+    config: &Config,
+    push: impl redis::aio::AsyncPushSender,
+) -> Result<(Connected, Subscriber), LockError> {
+    let opened = async {
+        let conn = source.commands(config).await?;
+        let replicated = source.commands(config).await?;
+        let subscriber = source.subscriber(config, push).await?;
+        Ok::<_, redis::RedisError>((conn, replicated, subscriber))
+    };
+    let (conn, replicated, subscriber) = opened
+        .await
+        .map_err(|err| LockError::from_redis(None, err))?;
+    Ok((
+        Connected {
+            conn: Conn::Cluster(conn),
+            replicated: Conn::Cluster(replicated),
+            address,
+        },
+        Subscriber::Cluster(subscriber),
+    ))
+}
+
+/// Opens the connections to the master `sentinels` report: two command
+/// connections and a subscriber, each following the master.
+async fn connect_sentinel(
+    sentinels: Sentinels,
+    address: String,
+    config: &Config,
+    wakeups: &Wakeups,
+    on_disconnect: &OnDisconnect,
+) -> Result<(Connected, Subscriber), LockError> {
+    // One set of sentinels for every connection: whichever learns of a new
+    // master first moves the others before their next command.
+    let sentinels = Arc::new(sentinels);
+    let settings = connection::manager_config(config);
+    // When commands move to a new master, the locks held on the old one are
+    // checked there at once, and the subscriber follows.
+    let on_switch: OnSwitch = {
+        let check_now = on_disconnect.clone();
+        let resubscribe = wakeups.resubscriber(0);
+        Arc::new(move || {
+            check_now();
+            resubscribe();
+        })
+    };
+    let quiet: OnSwitch = Arc::new(|| {});
+    let opened = async {
+        let conn = Following::connect(
+            sentinels.clone(),
+            settings.clone(),
+            on_switch.clone(),
+            false,
+        )
+        .await?;
+        let replicated =
+            Following::connect(sentinels.clone(), settings.clone(), on_switch, false).await?;
+        let subscriber = Following::connect(
+            sentinels,
+            settings.set_push_sender(wakeups.push_handler(0, on_disconnect.clone())),
+            quiet,
+            true,
+        )
+        .await?;
+        Ok::<_, redis::RedisError>((conn, replicated, subscriber))
+    };
+    let (conn, replicated, subscriber) = opened
+        .await
+        .map_err(|err| LockError::from_redis(None, err))?;
+    Ok((
+        Connected {
+            address,
+            conn: Conn::Following(conn),
+            replicated: Conn::Following(replicated),
+        },
+        Subscriber::Following(subscriber),
+    ))
+}
+
+/// Opens the connections to every Redlock master at once.
+async fn connect_redlock(
+    masters: Vec<ConnectionInfo>,
+    config: &Config,
+    wakeups: &Wakeups,
+    on_disconnect: &OnDisconnect,
+) -> Result<(Vec<Connected>, Vec<Subscriber>, usize), LockError> {
+    let count = masters.len();
+    let connecting = masters.into_iter().enumerate().map(|(i, info)| {
+        connect_server(
+            info,
+            config,
+            wakeups.push_handler(i, on_disconnect.clone()),
+            None,
+        )
+    });
+    // Every master must be reachable at start: a client that starts with a
+    // master missing could not tell a typo from an outage.
+    let (nodes, subscribers) = futures_util::future::try_join_all(connecting)
+        .await?
+        .into_iter()
+        .unzip();
+    Ok((nodes, subscribers, backend::needed(count, 1)))
+}
+
 /// Connects to every store of `deployment`: the command connections, the
 /// subscribers, and how many stores a subscription needs.
 async fn connect_deployment(
@@ -151,16 +338,36 @@ async fn connect_deployment(
     wakeups: &Wakeups,
     on_disconnect: &OnDisconnect,
 ) -> Result<(Vec<Connected>, Vec<Subscriber>, usize), LockError> {
-    let from_redis = |err| LockError::from_redis(None, err);
+    let one = |(node, subscriber)| Ok((vec![node], vec![subscriber], 1));
+    let push = || wakeups.push_handler(0, on_disconnect.clone());
+    let urls = |urls: &[String]| {
+        urls.iter()
+            .map(|url| connection::connection_info(url))
+            .collect::<Result<Vec<_>, _>>()
+    };
+    let infos = |infos: &[ConnectionInfo]| -> Vec<ConnectionInfo> {
+        infos.iter().cloned().map(connection::node_info).collect()
+    };
     match deployment {
         Deployment::Server(url) => {
+            let info = connection::connection_info(url)?;
+            one(connect_server(info, config, push(), None).await?)
+        }
+        Deployment::ServerInfo(info) => {
+            let info = connection::node_info(info.clone());
+            one(connect_server(info, config, push(), None).await?)
+        }
+        Deployment::Shared { manager, client } => {
+            let info = connection::node_info(client.get_connection_info().clone());
+            let client_db = info.redis_settings().db();
             let (node, subscriber) =
-                connect_server(url, config, wakeups.push_handler(0, on_disconnect.clone())).await?;
-            Ok((vec![node], vec![subscriber], 1))
+                connect_server(info, config, push(), Some(manager.clone())).await?;
+            check_shared(&node, ConnectionLike::get_db(manager), client_db, config).await?;
+            one((node, subscriber))
         }
         #[cfg(feature = "memory")]
         Deployment::Memory(store) => {
-            let push = wakeups.push_handler(0, on_disconnect.clone());
+            let push = push();
             let subscriber = store.server.subscriber(move |message| {
                 // The handler only queues: it cannot fail.
                 let _ = push(message);
@@ -172,83 +379,58 @@ async fn connect_deployment(
             };
             Ok((vec![node], vec![Subscriber::Memory(subscriber)], 1))
         }
-        Deployment::Redlock(urls) => {
-            let connecting = urls.iter().enumerate().map(|(i, url)| {
-                connect_server(url, config, wakeups.push_handler(i, on_disconnect.clone()))
-            });
-            // Every master must be reachable at start: a client that starts
-            // with a master missing could not tell a typo from an outage.
-            let (nodes, subscribers) = futures_util::future::try_join_all(connecting)
-                .await?
-                .into_iter()
-                .unzip();
-            Ok((nodes, subscribers, backend::needed(urls.len(), 1)))
+        Deployment::Redlock(masters) => {
+            connect_redlock(urls(masters)?, config, wakeups, on_disconnect).await
         }
-        Deployment::Cluster(urls) => {
-            let commands = connection::cluster_builder(urls, config, false)?
-                .build()
-                .map_err(from_redis)?;
-            let subscriber = connection::cluster_builder(urls, config, true)?
-                .push_sender(wakeups.push_handler(0, on_disconnect.clone()))
-                .build()
-                .map_err(from_redis)?;
-            let opened = async {
-                let conn = commands.get_async_connection().await?;
-                let replicated = commands.get_async_connection().await?;
-                let subscriber = subscriber.get_async_connection().await?;
-                Ok::<_, redis::RedisError>((conn, replicated, subscriber))
-            };
-            let (conn, replicated, subscriber) = opened.await.map_err(from_redis)?;
-            let node = Connected {
-                conn: Conn::Cluster(conn),
-                replicated: Conn::Cluster(replicated),
-                address: urls.join(","),
-            };
-            Ok((vec![node], vec![Subscriber::Cluster(subscriber)], 1))
+        Deployment::RedlockNodes(masters) => {
+            connect_redlock(infos(masters), config, wakeups, on_disconnect).await
+        }
+        Deployment::Cluster(seeds) => {
+            let source = ClusterSource::from_nodes(&urls(seeds)?, config)?;
+            one(connect_cluster(source, seeds.join(","), config, push()).await?)
+        }
+        Deployment::ClusterNodes(seeds) => {
+            let address = seeds
+                .iter()
+                .map(|info| info.addr().to_string())
+                .collect::<Vec<_>>()
+                .join(",");
+            let source = ClusterSource::from_nodes(&infos(seeds), config)?;
+            one(connect_cluster(source, address, config, push()).await?)
+        }
+        Deployment::ClusterClient(client) => {
+            let source = ClusterSource::from_client(client)?;
+            one(connect_cluster(source, "a ClusterClient".into(), config, push()).await?)
         }
         Deployment::Sentinel { sentinels, service } => {
-            // One set of sentinels for every connection: whichever learns of
-            // a new master first moves the others before their next command.
-            let sentinels_ = Arc::new(Sentinels::new(sentinels, service)?);
-            let settings = connection::manager_config(config);
-            // When commands move to a new master, the locks held on the old
-            // one are checked there at once, and the subscriber follows.
-            let on_switch: OnSwitch = {
-                let check_now = on_disconnect.clone();
-                let resubscribe = wakeups.resubscriber(0);
-                Arc::new(move || {
-                    check_now();
-                    resubscribe();
-                })
-            };
-            let quiet: OnSwitch = Arc::new(|| {});
-            let opened = async {
-                let conn = Following::connect(
-                    sentinels_.clone(),
-                    settings.clone(),
-                    on_switch.clone(),
-                    false,
-                )
-                .await?;
-                let replicated =
-                    Following::connect(sentinels_.clone(), settings.clone(), on_switch, false)
-                        .await?;
-                let subscriber = Following::connect(
-                    sentinels_,
-                    settings.set_push_sender(wakeups.push_handler(0, on_disconnect.clone())),
-                    quiet,
-                    true,
-                )
-                .await?;
-                Ok::<_, redis::RedisError>((conn, replicated, subscriber))
-            };
-            let (conn, replicated, subscriber) = opened.await.map_err(from_redis)?;
-            let node = Connected {
-                address: format!("{service} via {}", sentinels.join(",")),
-                conn: Conn::Following(conn),
-                replicated: Conn::Following(replicated),
-            };
-            Ok((vec![node], vec![Subscriber::Following(subscriber)], 1))
+            let address = format!("{service} via {}", sentinels.join(","));
+            let sentinels = Sentinels::new(sentinels, service, config)?;
+            one(connect_sentinel(sentinels, address, config, wakeups, on_disconnect).await?)
+        }
+        Deployment::SentinelNodes { sentinels, service } => {
+            let address = format!(
+                "{service} via {}",
+                sentinels
+                    .iter()
+                    .map(|info| info.addr().to_string())
+                    .collect::<Vec<_>>()
+                    .join(",")
+            );
+            let sentinels = Sentinels::of_nodes(sentinels.clone(), service, config)?;
+            one(connect_sentinel(sentinels, address, config, wakeups, on_disconnect).await?)
+        }
+        Deployment::SentinelClient(client) => {
+            let sentinels = Sentinels::of_client(client.clone(), config);
+            let connected = connect_sentinel(
+                sentinels,
+                "the master of a SentinelClient".into(),
+                config,
+                wakeups,
+                on_disconnect,
+            )
+            .await?;
+            check_master(&connected.0, config).await?;
+            one(connected)
         }
     }
 }
@@ -328,11 +510,7 @@ impl LockClient {
         config: Config,
     ) -> Result<LockClient, LockError> {
         #[cfg(feature = "tls")]
-        if deployment
-            .urls()
-            .iter()
-            .any(|url| url.starts_with("rediss://"))
-        {
+        if deployment.may_use_tls() {
             // rustls needs one crypto provider per process; keep the user's if set.
             let _ = rustls::crypto::ring::default_provider().install_default();
         }
@@ -343,10 +521,18 @@ impl LockClient {
             Arc::new(move || registry.check_now())
         };
         let (wakeups, pending) = Wakeups::new();
-        let sharded = matches!(deployment, Deployment::Cluster(_));
+        let sharded = deployment.is_cluster();
         let connecting = async {
             let (connected, subscribers, needed) =
-                connect_deployment(&deployment, &config, &wakeups, &on_disconnect).await?;
+                // Boxed: the connection futures of every kind of deployment
+                // would otherwise make `connect`'s future large and deep.
+                Box::pin(connect_deployment(
+                    &deployment,
+                    &config,
+                    &wakeups,
+                    &on_disconnect,
+                ))
+                .await?;
             let nodes = futures_util::future::try_join_all(
                 connected
                     .into_iter()
@@ -378,10 +564,12 @@ impl LockClient {
             config.command_timeout,
             shutdown.clone(),
         );
-        let topology = match deployment {
-            Deployment::Redlock(_) => Topology::Quorum(nodes),
-            Deployment::Cluster(_) => Topology::Cluster(nodes.remove(0)),
-            _ => Topology::Single(nodes.remove(0)),
+        let topology = if deployment.is_redlock() {
+            Topology::Quorum(nodes)
+        } else if deployment.is_cluster() {
+            Topology::Cluster(nodes.remove(0))
+        } else {
+            Topology::Single(nodes.remove(0))
         };
         let backend = Backend::new(topology);
         tokio::spawn(watchdog::run(
@@ -450,13 +638,21 @@ impl LockClient {
     }
 
     /// Starts a request for one of `permits` permits of the semaphore
-    /// `name`: up to `permits` holders at once. Each permit is leased and
-    /// renewed like a lock, so a crashed holder's permit comes back after
-    /// its lease; a release wakes one waiter. Everyone using the semaphore
-    /// must name the same number of permits.
+    /// `name` ([`permits`](LockRequest::permits) takes several at once): the
+    /// permits its holders hold together never exceed `permits`. Each hold
+    /// is leased and renewed like a lock, so a crashed holder's permits come
+    /// back after its lease; a release wakes as many waiters as it frees
+    /// permits.
+    ///
+    /// The semaphore records its number of permits with its first holder:
+    /// while anyone holds a permit, a request naming another number is
+    /// refused with [`LockError::Config`](crate::LockError::Config), naming
+    /// both. Once the last holder lets go (or its lease runs out) the
+    /// semaphore is forgotten, its number too, and the next holder may
+    /// record another.
     ///
     /// Within one critical section, taking the same semaphore again
-    /// re-enters the permit already held instead of taking a second one.
+    /// re-enters the permits already held instead of taking more.
     ///
     /// ```no_run
     /// # async fn run(locks: lock_runtime::LockClient) -> Result<(), lock_runtime::LockError> {
@@ -468,7 +664,11 @@ impl LockClient {
     /// # }
     /// ```
     pub fn semaphore(&self, name: impl Into<String>, permits: u32) -> LockRequest {
-        LockRequest::new(self.clone(), Kind::Permits(permits), vec![name.into()])
+        LockRequest::new(
+            self.clone(),
+            Kind::Permits(permits.into()),
+            vec![name.into()],
+        )
     }
 
     /// Starts a request for the read side of the read-write lock `name`:

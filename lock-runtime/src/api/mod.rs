@@ -10,6 +10,7 @@ pub(crate) mod builder;
 pub(crate) mod client;
 pub(crate) mod guard;
 pub(crate) mod install;
+pub(crate) mod leader;
 pub mod private;
 pub(crate) mod request;
 pub(crate) mod scope;

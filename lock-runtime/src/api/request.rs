@@ -48,6 +48,9 @@ pub struct LockRequest {
     /// How long after its acquisition the lock stays taken at least, even
     /// when released sooner.
     at_least: Option<Duration>,
+    /// A builder method that does not apply to this kind of lock, refused
+    /// at `acquire`.
+    misuse: Option<String>,
 }
 
 /// How one attempt to take a request's locks ended, short of an error.
@@ -85,6 +88,7 @@ impl LockRequest {
             replicas: None,
             fixed_lease: false,
             at_least: None,
+            misuse: None,
         }
     }
 
@@ -96,7 +100,8 @@ impl LockRequest {
     }
 
     /// How long to wait while someone else holds the lock;
-    /// `Duration::ZERO` tries exactly once.
+    /// `Duration::ZERO` tries exactly once, `Duration::MAX` waits as long
+    /// as it takes.
     pub fn wait(mut self, wait: Duration) -> Self {
         self.wait = wait;
         self
@@ -173,6 +178,43 @@ impl LockRequest {
         self
     }
 
+    /// Takes `permits` of the semaphore's permits at once, all or none
+    /// (one without it): while this holder holds them, the permits all
+    /// holders hold together still never exceed the semaphore's number.
+    /// The guard gives every one of them back at its release (of its last
+    /// re-entry level), or its lease gives them back if it stops renewing.
+    ///
+    /// A task that holds the semaphore in an enclosing critical section
+    /// re-enters the permits it holds (one more re-entry level, no new
+    /// permit) when it asks for as many or fewer; asking for more is
+    /// [`LockError::Config`], since a holder cannot grow its hold. Asking
+    /// for none, or for more than the semaphore has, is
+    /// [`LockError::Config`] too, as is `permits` on a request that is not
+    /// a semaphore's ([`LockClient::semaphore`]).
+    ///
+    /// ```no_run
+    /// # async fn run(locks: lock_runtime::LockClient) -> Result<(), lock_runtime::LockError> {
+    /// // A pool of 10 connections; this job needs 3 of them at once.
+    /// let three = locks.semaphore("db-pool", 10).permits(3).acquire().await?;
+    /// // ... use three connections ...
+    /// three.release().await?; // all three come back
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn permits(mut self, permits: u32) -> Self {
+        match &mut self.kind {
+            Kind::Permits(asked) => asked.take = permits,
+            other => {
+                self.misuse = Some(format!(
+                    "`permits` applies to semaphores (LockClient::semaphore), not to the {} lock `{}`",
+                    other.lock_kind(),
+                    self.label
+                ))
+            }
+        }
+        self
+    }
+
     /// Tries to take the lock once, without waiting: `None` when someone
     /// else holds it. The request's wait is not used.
     ///
@@ -240,6 +282,9 @@ impl LockRequest {
 
     async fn acquire_inner(self, span: &tracing::Span) -> Result<LockGuard, LockError> {
         let inner = &self.client.inner;
+        if let Some(misuse) = &self.misuse {
+            return Err(LockError::Config(misuse.clone()));
+        }
         if self.names.is_empty() || self.names.iter().any(String::is_empty) {
             return Err(LockError::Config(format!(
                 "empty lock name in `{}`",
@@ -247,11 +292,8 @@ impl LockRequest {
             )));
         }
         inner.config.check_lease(&self.label, self.lease)?;
-        if self.kind == Kind::Permits(0) {
-            return Err(LockError::Config(format!(
-                "semaphore `{}` needs at least one permit",
-                self.label
-            )));
+        if let Kind::Permits(permits) = self.kind {
+            permits.check(&self.label)?;
         }
         if self.at_least.is_some() && matches!(self.kind, Kind::Permits(_) | Kind::Read) {
             return Err(LockError::Config(format!(
@@ -282,7 +324,11 @@ impl LockRequest {
         };
         let mut owner = scoped.clone().unwrap_or_else(|| self.client.new_owner());
         let started = Instant::now();
-        let deadline = started + self.wait;
+        // A wait too long for the clock (`Duration::MAX`: wait as long as it
+        // takes) ends in thirty years, as tokio's far future does.
+        let deadline = started
+            .checked_add(self.wait)
+            .unwrap_or_else(|| started + Duration::from_secs(30 * 365 * 24 * 3600));
         // A writer or reader that waits may mark its turn; if it stops
         // waiting without the lock, it takes the mark back.
         let mut marked = (!self.wait.is_zero()
@@ -325,8 +371,12 @@ impl LockRequest {
             // A fair waiter is woken when a release names it.
             Kind::Fair => Wake::Named(owner.clone()),
             // Readers may all go in at once: each is woken by every release;
-            // so is a waiter for several locks, which may find one still taken.
+            // so is a waiter for several locks, which may find one still taken,
+            // and one for several permits, which may find too few free (and
+            // must not swallow the wake-up of a waiter for one: a release
+            // sends one per permit freed).
             Kind::Read => Wake::Every,
+            Kind::Permits(permits) if permits.take > 1 => Wake::Every,
             _ if keys.len() > 1 => Wake::Every,
             _ => Wake::One,
         };

@@ -5,7 +5,8 @@
 //! * `lock:{order:42}`: a hash with the owner, the re-entry count and the
 //!   fencing token, expiring after the lease (for a semaphore: a sorted set
 //!   of holders scored by lease expiry, beside `lock:{order:42}:holders`
-//!   with their re-entry counts and tokens);
+//!   with their re-entry counts, tokens and permits held, the semaphore's
+//!   number of permits and how many are taken);
 //! * `lock:{order:42}:readers` and `lock:{order:42}:readers:holders`: the
 //!   readers of a read-write lock, leased like semaphore permits, and
 //!   `lock:{order:42}:writer-waiting` and `lock:{order:42}:readers-waiting`,
@@ -110,7 +111,8 @@ pub(crate) const COMPANIONS: [&str; 7] = [
 ];
 
 impl LockKeys {
-    /// A semaphore's companion hash: each holder's re-entry count and token.
+    /// A semaphore's companion hash: each holder's re-entry count, token
+    /// and permits held; the number of permits and how many are taken.
     pub(crate) fn holders(&self) -> String {
         format!("{}:holders", self.lock)
     }

@@ -5,19 +5,60 @@
 
 use std::fmt;
 
+use crate::base::error::LockError;
+
 /// What kind of lock a request takes (also what `#[distributed_lock]`
 /// names, through `__private`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kind {
     /// One holder at a time, of every named lock: `key`, `keys`, `mode = "write"`.
     Exclusive,
-    /// Up to this many holders at a time: `permits = N`.
-    Permits(u32),
+    /// Some of a semaphore's permits: `permits = N` (one of N).
+    Permits(Permits),
     /// Any number of readers while no writer (exclusive holder) holds it:
     /// `mode = "read"`.
     Read,
     /// Exclusive, taken in arrival order: `fair = true`.
     Fair,
+}
+
+/// What a semaphore request asks for: `take` of the semaphore's `limit`
+/// permits, all or none. From a number, one permit of that many.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Permits {
+    /// How many permits the semaphore has: the sum of the permits its
+    /// holders hold never exceeds it.
+    pub limit: u32,
+    /// How many of them this holder takes.
+    pub take: u32,
+}
+
+impl From<u32> for Permits {
+    /// One of `limit` permits.
+    fn from(limit: u32) -> Permits {
+        Permits { limit, take: 1 }
+    }
+}
+
+impl Permits {
+    /// A [`LockError::Config`] for a request that can never be granted: a
+    /// semaphore without permits, or a holder taking none or more than
+    /// there are. `name` names the semaphore.
+    pub(crate) fn check(self, name: &str) -> Result<(), LockError> {
+        let problem = if self.limit == 0 {
+            "needs at least one permit".to_owned()
+        } else if self.take == 0 {
+            "cannot be taken with no permit: take at least one".to_owned()
+        } else if self.take > self.limit {
+            format!(
+                "has {} permits: a holder cannot take {}",
+                self.limit, self.take
+            )
+        } else {
+            return Ok(());
+        };
+        Err(LockError::Config(format!("semaphore `{name}` {problem}")))
+    }
 }
 
 /// What kind of lock a name is, as its keys in Redis show.
@@ -60,7 +101,7 @@ impl fmt::Display for LockKind {
 pub enum HoldMode {
     /// Alone: a plain or fair lock, or the write side of a read-write lock.
     Exclusive,
-    /// One of a semaphore's permits.
+    /// Permits of a semaphore (one or more: see [`Holder::permits`](crate::Holder::permits)).
     Permit,
     /// The read side of a read-write lock, beside other readers.
     Read,
@@ -111,10 +152,15 @@ mod tests {
 
     #[test]
     fn every_request_kind_names_its_lock_kind_and_hold_mode() {
-        let names: Vec<(&str, &str)> = [Kind::Exclusive, Kind::Permits(2), Kind::Read, Kind::Fair]
-            .into_iter()
-            .map(|kind| (kind.lock_kind().as_str(), kind.hold_mode().as_str()))
-            .collect();
+        let names: Vec<(&str, &str)> = [
+            Kind::Exclusive,
+            Kind::Permits(2.into()),
+            Kind::Read,
+            Kind::Fair,
+        ]
+        .into_iter()
+        .map(|kind| (kind.lock_kind().as_str(), kind.hold_mode().as_str()))
+        .collect();
         assert_eq!(
             names,
             [
@@ -124,5 +170,23 @@ mod tests {
                 ("fair", "exclusive"),
             ]
         );
+    }
+
+    #[test]
+    fn a_request_for_permits_that_can_never_be_granted_is_refused() {
+        let check = |limit, take| Permits { limit, take }.check("pool");
+        assert!(check(1, 1).is_ok());
+        assert!(check(10, 3).is_ok());
+        assert!(check(10, 10).is_ok());
+        for (limit, take, says) in [
+            (0, 1, "semaphore `pool` needs at least one permit"),
+            (3, 0, "take at least one"),
+            (3, 4, "has 3 permits: a holder cannot take 4"),
+        ] {
+            let err = check(limit, take).expect_err("refused");
+            assert!(matches!(err, LockError::Config(_)), "{err:?}");
+            assert!(err.to_string().contains(says), "{err}");
+        }
+        assert_eq!(Permits::from(5), Permits { limit: 5, take: 1 });
     }
 }

@@ -26,6 +26,19 @@
 //! grant at `needed` of `n` masters, each master granting at most `k`: that
 //! takes `(k + 1) * needed > k * n`, so `needed = k * n / (k + 1) + 1`, a
 //! plain majority when `k = 1`.
+//!
+//! A holder may take several of the permits (`LockRequest::permits`; all or
+//! none on each master), and the same quorum bounds the permits held, not
+//! only the holders: each master grants at most `k` permits in all, so
+//! holders holding `P` permits together, each granted by `needed` masters,
+//! were granted `P * needed <= k * n` permits over the masters; with
+//! `(k + 1) * needed > k * n`, `P <= k`. (Counting holders is the case of
+//! one permit each.) Each master records `k` with the semaphore's first
+//! holder and refuses another number while it has holders; `needed` is a
+//! majority for every `k`, so quorums for two numbers would share a master:
+//! holders granted under different numbers never hold at once. When so many
+//! masters refuse a request's number that `needed` cannot be reached, the
+//! request gets their refusal ([`LockError::Config`]).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -522,6 +535,19 @@ async fn on_quorum(nodes: &[Node], attempt: &Attempt<'_>) -> Result<Acquired, Lo
             // backs: a random pause lets one of them go first (the Redlock
             // paper's random retry delay).
             tokio::time::sleep(split_pause()).await;
+        }
+        // Masters that refused the request itself (a semaphore's number of
+        // permits that disagrees with the one they recorded).
+        let refused = errors
+            .iter()
+            .filter(|err| matches!(err, LockError::Config(_)))
+            .count();
+        if nodes.len() - refused < needed
+            && let Some(i) = errors
+                .iter()
+                .position(|err| matches!(err, LockError::Config(_)))
+        {
+            return Err(errors.swap_remove(i));
         }
         let unreachable = errors.len();
         if nodes.len() - unreachable < needed

@@ -7,19 +7,24 @@
 //! Sentinel-watched master gets a [`Following`] connection, which asks the
 //! sentinels for the master again whenever the one it talks to fails or
 //! turns into a replica.
+//!
+//! Connections come from URLs or from redis-rs values an application hands
+//! over (see `Deployment`): their settings are kept, and this crate's own
+//! are added where they leave something unset ([`node_info`],
+//! [`open_client`]) or where safety needs them ([`ClusterSource`]).
 
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
-use redis::cluster::ClusterClientBuilder;
+use redis::cluster::{ClusterClient, ClusterClientBuilder, ClusterConfig};
 use redis::cluster_async::ClusterConnection;
 use redis::cluster_routing::{MultipleNodeRoutingInfo, RoutingInfo};
 use redis::sentinel::{SentinelClient, SentinelNodeConnectionInfo, SentinelServerType};
 use redis::{
-    Cmd, ConnectionInfo, IntoConnectionInfo, Pipeline, ProtocolVersion, RedisError, RedisFuture,
-    RedisResult, Value,
+    Cmd, ConnectionAddr, ConnectionInfo, IntoConnectionInfo, Pipeline, ProtocolVersion, RedisError,
+    RedisFuture, RedisResult, Value,
 };
 
 use crate::base::config::Config;
@@ -194,6 +199,26 @@ impl Managed {
         })
     }
 
+    /// Sends commands on `manager`, an application's connection to the
+    /// server `client` reaches, instead of a connection of its own; after
+    /// [`TIMEOUTS_BEFORE_RECONNECT`] commands in a row without an answer it
+    /// is replaced by a fresh one of its own from `client` (the
+    /// application's is left as it is).
+    pub(crate) fn shared(
+        client: redis::Client,
+        config: ConnectionManagerConfig,
+        manager: ConnectionManager,
+    ) -> Managed {
+        Managed {
+            shared: Arc::new(ManagedShared {
+                client,
+                config,
+                current: RwLock::new(manager),
+                timeouts: Unanswered::default(),
+            }),
+        }
+    }
+
     /// The manager commands go to now.
     pub(crate) fn manager(&self) -> ConnectionManager {
         // Only ever replaced whole; a panic cannot leave it torn.
@@ -275,11 +300,51 @@ fn tcp_settings() -> redis::io::tcp::TcpSettings {
     settings
 }
 
+/// `settings` with this crate's keepalive probes and user timeout (see
+/// [`tcp_settings`]) where it sets none of its own; anything else in it
+/// (`TCP_NODELAY`, linger) is kept.
+fn tcp_defaults(settings: &redis::io::tcp::TcpSettings) -> redis::io::tcp::TcpSettings {
+    let ours = tcp_settings();
+    let mut merged = settings.clone();
+    if merged.keepalive().is_none()
+        && let Some(keepalive) = ours.keepalive()
+    {
+        merged = merged.set_keepalive(keepalive.clone());
+    }
+    #[cfg(any(target_os = "linux", target_os = "android", target_os = "fuchsia"))]
+    if merged.user_timeout().is_none()
+        && let Some(timeout) = ours.user_timeout()
+    {
+        merged = merged.set_user_timeout(timeout);
+    }
+    merged
+}
+
+/// A server's connection info with this crate's TCP keepalive and user
+/// timeout where it sets none of its own: for a URL, or for a
+/// `ConnectionInfo` an application handed over (whose own TCP settings win).
+pub(crate) fn node_info(info: ConnectionInfo) -> ConnectionInfo {
+    let settings = tcp_defaults(info.tcp_settings());
+    info.set_tcp_settings(settings)
+}
+
 /// Parses a URL, naming it in the error.
 pub(crate) fn connection_info(url: &str) -> Result<ConnectionInfo, LockError> {
     url.into_connection_info()
-        .map(|info| info.set_tcp_settings(tcp_settings()))
+        .map(node_info)
         .map_err(|err| LockError::Config(format!("bad Redis URL `{url}`: {err}")))
+}
+
+/// Whether `info` carries TLS certificates of its own (a client built with
+/// `redis::Client::build_with_tls`, or its connection info).
+fn has_own_certificates(info: &ConnectionInfo) -> bool {
+    matches!(
+        info.addr(),
+        ConnectionAddr::TcpTls {
+            tls_params: Some(_),
+            ..
+        }
+    )
 }
 
 /// The same server with the RESP3 protocol, so that messages arrive as pushes.
@@ -288,14 +353,17 @@ pub(crate) fn resp3(info: ConnectionInfo) -> ConnectionInfo {
     info.set_redis_settings(settings.set_protocol(ProtocolVersion::RESP3))
 }
 
-/// A redis-rs client trusting the configured TLS roots if any.
-pub(crate) fn redis_client(
+/// A redis-rs client trusting `roots` (PEM) if any, unless `info` carries
+/// certificates of its own, which are kept. Roots with an address that is
+/// not TLS are refused by redis-rs ("requires a URL with the `rediss://`
+/// scheme").
+pub(crate) fn open_client(
     info: ConnectionInfo,
-    config: &Config,
-) -> Result<redis::Client, LockError> {
-    let client = match &config.tls_roots {
+    roots: Option<&Vec<u8>>,
+) -> RedisResult<redis::Client> {
+    match roots {
         #[cfg(feature = "tls")]
-        Some(roots) => redis::Client::build_with_tls(
+        Some(roots) if !has_own_certificates(&info) => redis::Client::build_with_tls(
             info,
             redis::TlsCertificates {
                 client_tls: None,
@@ -303,8 +371,16 @@ pub(crate) fn redis_client(
             },
         ),
         _ => redis::Client::open(info),
-    };
-    client.map_err(|err| LockError::from_redis(None, err))
+    }
+}
+
+/// A redis-rs client trusting the configured TLS roots if any (see
+/// [`open_client`]).
+pub(crate) fn redis_client(
+    info: ConnectionInfo,
+    config: &Config,
+) -> Result<redis::Client, LockError> {
+    open_client(info, config.tls_roots.as_ref()).map_err(|err| LockError::from_redis(None, err))
 }
 
 /// Settings of every connection manager the client opens.
@@ -319,17 +395,37 @@ pub(crate) fn manager_config(config: &Config) -> ConnectionManagerConfig {
         .set_max_delay(Duration::from_millis(500))
 }
 
-/// A builder for cluster connections to these seed nodes; `resp3` for the
-/// subscriber, which needs pushes.
+/// A builder for cluster connections to these seed nodes (URLs parsed, or
+/// connection infos handed over, both through [`node_info`]); `resp3` for
+/// the subscriber, which needs pushes.
 pub(crate) fn cluster_builder(
-    urls: &[String],
+    nodes: &[ConnectionInfo],
     config: &Config,
     resp3_pushes: bool,
 ) -> Result<ClusterClientBuilder, LockError> {
-    let nodes = urls
+    if nodes.iter().any(has_own_certificates) {
+        // redis-rs builds every cluster connection's TLS settings from the
+        // builder's, not from the seed nodes': they would be dropped.
+        return Err(LockError::Config(
+            "TLS certificates inside a ConnectionInfo are not used for Redis Cluster \
+             connections by redis-rs: trust a private CA with \
+             LockClientBuilder::tls_root_certificates, or pass a ClusterClient built \
+             with .certs(...)"
+                .into(),
+        ));
+    }
+    // Every node's connection gets the builder's TCP settings (redis-rs
+    // ignores the seed nodes' own): the first node's, with this crate's
+    // keepalive where it sets none.
+    let tcp = nodes
+        .first()
+        .map(|first| tcp_defaults(first.tcp_settings()))
+        .unwrap_or_else(tcp_settings);
+    let nodes: Vec<ConnectionInfo> = nodes
         .iter()
-        .map(|url| connection_info(url).map(|info| if resp3_pushes { resp3(info) } else { info }))
-        .collect::<Result<Vec<_>, _>>()?;
+        .cloned()
+        .map(|info| if resp3_pushes { resp3(info) } else { info })
+        .collect();
     // The command connection does not let redis-rs resend a request: it
     // would also resend after an I/O error or a response timeout, when a
     // script may have run already, and run it twice for one request (a
@@ -340,6 +436,7 @@ pub(crate) fn cluster_builder(
     let mut builder = ClusterClientBuilder::new(nodes)
         .connection_timeout(config.connect_timeout)
         .response_timeout(config.command_timeout)
+        .tcp_settings(tcp)
         .retries(retries)
         .min_retry_wait(20)
         .max_retry_wait(500);
@@ -356,26 +453,179 @@ pub(crate) fn cluster_builder(
     Ok(builder)
 }
 
+/// Where a Cluster's connections come from: clients built here from seed
+/// nodes, or an application's [`ClusterClient`] used as it is.
+pub(crate) struct ClusterSource {
+    /// For the command connections: redis-rs never resends on them.
+    commands: ClusterClient,
+    /// For the subscriber: RESP3, for pushes.
+    subscriber: ClusterClient,
+}
+
+impl ClusterSource {
+    /// Clients of these seed nodes with this crate's settings (see
+    /// [`cluster_builder`]).
+    pub(crate) fn from_nodes(
+        nodes: &[ConnectionInfo],
+        config: &Config,
+    ) -> Result<ClusterSource, LockError> {
+        let from_redis = |err| LockError::from_redis(None, err);
+        Ok(ClusterSource {
+            commands: cluster_builder(nodes, config, false)?
+                .build()
+                .map_err(from_redis)?,
+            subscriber: cluster_builder(nodes, config, true)?
+                .build()
+                .map_err(from_redis)?,
+        })
+    }
+
+    /// An application's client, for every connection. Its settings cannot
+    /// be read or changed (beyond the timeouts), so it is checked instead:
+    /// it must not resend commands, since a lock script resent after an I/O
+    /// error or a timeout may run twice (see `cluster_builder`), and it must
+    /// speak RESP3, in which release messages arrive as pushes.
+    pub(crate) fn from_client(client: &ClusterClient) -> Result<ClusterSource, LockError> {
+        let settings = ClusterClientSettings::of(client);
+        if settings.retries != Some(0) {
+            let retries = settings
+                .retries
+                .map_or_else(|| "an unknown number of".to_owned(), |n| n.to_string());
+            return Err(LockError::Config(format!(
+                "the ClusterClient resends commands ({retries} retries): a lock script resent \
+                 after an I/O error or a timeout may have run already and would run twice. \
+                 Build the ClusterClient for locks with .retries(0) (the lock client resends \
+                 only what was refused without running), or pass the node URLs or \
+                 ConnectionInfos (Deployment::cluster, Deployment::cluster_nodes)"
+            )));
+        }
+        if !settings.resp3 {
+            return Err(LockError::Config(
+                "the ClusterClient speaks RESP2: release messages arrive as RESP3 pushes. \
+                 Build the ClusterClient for locks with \
+                 .use_protocol(redis::ProtocolVersion::RESP3)"
+                    .into(),
+            ));
+        }
+        Ok(ClusterSource {
+            commands: client.clone(),
+            subscriber: client.clone(),
+        })
+    }
+
+    /// A command connection, with the client's connect and command timeouts.
+    pub(crate) async fn commands(&self, config: &Config) -> RedisResult<ClusterConnection> {
+        self.commands
+            .get_async_connection_with_config(cluster_config(config))
+            .await
+    }
+
+    /// The subscriber connection: pushes go to `push`.
+    pub(crate) async fn subscriber(
+        &self,
+        config: &Config,
+        push: impl redis::aio::AsyncPushSender,
+    ) -> RedisResult<ClusterConnection> {
+        self.subscriber
+            .get_async_connection_with_config(cluster_config(config).set_push_sender(push))
+            .await
+    }
+}
+
+/// The timeouts of every cluster connection.
+fn cluster_config(config: &Config) -> ClusterConfig {
+    ClusterConfig::new()
+        .set_connection_timeout(config.connect_timeout)
+        .set_response_timeout(config.command_timeout)
+}
+
+/// What can be learned of a [`ClusterClient`]'s settings. redis-rs has no
+/// getters for them; they are read from its `Debug` text, and a setting
+/// that cannot be found there reads as unsafe (unknown retries, RESP2).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct ClusterClientSettings {
+    /// How often a failed command is sent again, if found.
+    pub(crate) retries: Option<u32>,
+    /// Whether its connections speak RESP3.
+    pub(crate) resp3: bool,
+    /// Whether its connections use TLS.
+    pub(crate) tls: bool,
+}
+
+impl ClusterClientSettings {
+    pub(crate) fn of(client: &ClusterClient) -> ClusterClientSettings {
+        let text = format!("{client:?}");
+        // The seed nodes come first; only the client-wide parameters count.
+        let params = text
+            .split_once("cluster_params:")
+            .map_or("", |(_, params)| params);
+        let retries = params
+            .split_once("number_of_retries: ")
+            .and_then(|(_, rest)| {
+                let digits =
+                    rest.len() - rest.trim_start_matches(|c: char| c.is_ascii_digit()).len();
+                rest[..digits].parse().ok()
+            });
+        ClusterClientSettings {
+            retries,
+            resp3: params.contains("protocol: Some(RESP3)"),
+            tls: params.contains(" tls: Some("),
+        }
+    }
+}
+
 /// The sentinels of one service, asked for its master.
 pub(crate) struct Sentinels {
-    client: tokio::sync::Mutex<SentinelClient>,
+    client: Arc<tokio::sync::Mutex<SentinelClient>>,
     /// The master address last learned, so that every connection through
     /// these sentinels moves as soon as one of them found the new master.
     latest: RwLock<Option<String>>,
+    /// PEM roots trusted for a master reached over TLS without
+    /// certificates of its own.
+    tls_roots: Option<Vec<u8>>,
 }
 
 impl Sentinels {
     /// Sentinels at `urls` watching `service`; the data nodes are reached
     /// with the credentials and database of the first URL.
-    pub(crate) fn new(urls: &[String], service: &str) -> Result<Sentinels, LockError> {
+    pub(crate) fn new(
+        urls: &[String],
+        service: &str,
+        config: &Config,
+    ) -> Result<Sentinels, LockError> {
         let infos = urls
             .iter()
             .map(|url| connection_info(url))
             .collect::<Result<Vec<_>, _>>()?;
+        Sentinels::of_nodes(infos, service, config)
+    }
+
+    /// An application's Sentinel client (shared with clones of its
+    /// deployment), for its service's master.
+    pub(crate) fn of_client(
+        client: Arc<tokio::sync::Mutex<SentinelClient>>,
+        config: &Config,
+    ) -> Sentinels {
+        Sentinels {
+            client,
+            latest: RwLock::new(None),
+            tls_roots: config.tls_roots.clone(),
+        }
+    }
+
+    /// Sentinels described by these connection infos (URLs parsed, or
+    /// infos handed over) watching `service`; the data nodes are reached
+    /// with the credentials and database of the first one.
+    pub(crate) fn of_nodes(
+        infos: Vec<ConnectionInfo>,
+        service: &str,
+        config: &Config,
+    ) -> Result<Sentinels, LockError> {
+        let infos: Vec<ConnectionInfo> = infos.into_iter().map(node_info).collect();
         let node = infos
             .first()
             .map(|first| first.redis_settings().clone())
-            .ok_or_else(|| LockError::Config("no sentinel URL given".into()))?;
+            .ok_or_else(|| LockError::Config("no sentinel given".into()))?;
         // Sentinels themselves take no database number and speak RESP2.
         let sentinel_infos: Vec<ConnectionInfo> = infos
             .into_iter()
@@ -394,15 +644,23 @@ impl Sentinels {
         )
         .map_err(|err| LockError::from_redis(None, err))?;
         Ok(Sentinels {
-            client: tokio::sync::Mutex::new(client),
+            client: Arc::new(tokio::sync::Mutex::new(client)),
             latest: RwLock::new(None),
+            tls_roots: config.tls_roots.clone(),
         })
     }
 
     /// A client for the master the sentinels report now (checked to be
-    /// master by asking it its role).
+    /// master by asking it its role), with this crate's TCP keepalive and
+    /// the configured TLS roots where the Sentinel client's data-node
+    /// settings leave them unset.
     pub(crate) async fn master(&self) -> RedisResult<redis::Client> {
         let master = self.client.lock().await.async_get_client().await?;
+        let info = node_info(master.get_connection_info().clone());
+        let master = match info.addr() {
+            ConnectionAddr::TcpTls { .. } => open_client(info, self.tls_roots.as_ref())?,
+            _ => redis::Client::open(info)?,
+        };
         *self.latest.write().unwrap_or_else(|e| e.into_inner()) =
             Some(master.get_connection_info().addr().to_string());
         Ok(master)
@@ -605,11 +863,12 @@ impl Following {
     }
 }
 /// The same master's client, speaking RESP3 (with this crate's TCP
-/// settings: it idles between messages) when `pushes` is set.
+/// keepalive, from [`Sentinels::master`]: it idles between messages) when
+/// `pushes` is set.
 fn with_pushes(master: redis::Client, pushes: bool) -> RedisResult<redis::Client> {
     if pushes {
         let info = master.get_connection_info().clone();
-        redis::Client::open(resp3(info.set_tcp_settings(tcp_settings())))
+        redis::Client::open(resp3(node_info(info)))
     } else {
         Ok(master)
     }
@@ -658,5 +917,89 @@ impl ConnectionLike for Following {
 
     fn get_db(&self) -> i64 {
         self.db
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use redis::cluster::ClusterClient;
+
+    use super::*;
+
+    #[test]
+    fn reads_a_cluster_clients_retries_protocol_and_tls() {
+        let seeds = ["redis://127.0.0.1:7000", "redis://127.0.0.1:7001"];
+        let default = ClusterClient::new(seeds).unwrap();
+        assert_eq!(
+            ClusterClientSettings::of(&default),
+            ClusterClientSettings {
+                retries: Some(16),
+                resp3: false,
+                tls: false
+            },
+            "{default:?}"
+        );
+        let for_locks = ClusterClient::builder(seeds)
+            .retries(0)
+            .use_protocol(ProtocolVersion::RESP3)
+            .build()
+            .unwrap();
+        assert_eq!(
+            ClusterClientSettings::of(&for_locks),
+            ClusterClientSettings {
+                retries: Some(0),
+                resp3: true,
+                tls: false
+            },
+            "{for_locks:?}"
+        );
+        // RESP3 in the seed URLs counts as the client's protocol.
+        let from_urls = ClusterClient::builder(["redis://127.0.0.1:7000/?protocol=resp3"])
+            .retries(0)
+            .build()
+            .unwrap();
+        assert!(ClusterClientSettings::of(&from_urls).resp3, "{from_urls:?}");
+        #[cfg(feature = "tls")]
+        {
+            let tls = ClusterClient::new(["rediss://127.0.0.1:7000"]).unwrap();
+            assert!(ClusterClientSettings::of(&tls).tls, "{tls:?}");
+        }
+    }
+
+    #[test]
+    fn a_cluster_client_that_resends_or_speaks_resp2_is_refused() {
+        let seeds = ["redis://127.0.0.1:7000"];
+        let resending = ClusterClient::builder(seeds)
+            .use_protocol(ProtocolVersion::RESP3)
+            .build()
+            .unwrap();
+        let err = ClusterSource::from_client(&resending)
+            .err()
+            .expect("refused");
+        assert!(err.to_string().contains(".retries(0)"), "{err}");
+        let resp2 = ClusterClient::builder(seeds).retries(0).build().unwrap();
+        let err = ClusterSource::from_client(&resp2).err().expect("refused");
+        assert!(err.to_string().contains("RESP3"), "{err}");
+    }
+
+    #[test]
+    fn own_tcp_settings_win_and_ours_fill_the_gaps() {
+        let info = node_info("redis://127.0.0.1:6379".into_connection_info().unwrap());
+        assert!(info.tcp_settings().keepalive().is_some());
+        let own = redis::io::tcp::TcpSettings::default()
+            .set_nodelay(true)
+            .set_keepalive(redis::io::tcp::socket2::TcpKeepalive::new());
+        let info = node_info(
+            "redis://127.0.0.1:6379"
+                .into_connection_info()
+                .unwrap()
+                .set_tcp_settings(own),
+        );
+        assert!(info.tcp_settings().nodelay());
+        // The application's keepalive (no probe times set) is kept as it is.
+        assert_eq!(
+            format!("{:?}", info.tcp_settings().keepalive()),
+            format!("{:?}", Some(redis::io::tcp::socket2::TcpKeepalive::new()))
+        );
     }
 }

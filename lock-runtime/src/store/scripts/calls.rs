@@ -8,6 +8,7 @@ use super::{
     PERMIT_ACQUIRE, PLACE_RELEASE, READ_ACQUIRE, RELEASE, RENEW, Renewing, Stored, TURN_LEAVE,
 };
 use crate::base::keys::LockKeys;
+use crate::base::kind::Permits;
 
 /// Milliseconds for PEXPIRE, never zero (PEXPIRE 0 would delete the key).
 fn millis(duration: Duration) -> String {
@@ -49,11 +50,23 @@ pub(crate) fn acquire(locks: &[LockKeys], owner: &str, lease: Duration, mark: Du
     Call::new(&ACQUIRE, keys, args).quarantined()
 }
 
-/// `permit_acquire.lua`: takes (or re-enters) one of `permits` permits of
-/// a semaphore.
-pub(crate) fn permit_acquire(lock: &LockKeys, owner: &str, lease: Duration, permits: u32) -> Call {
+/// `permit_acquire.lua`: takes (or re-enters) `permits.take` of the
+/// `permits.limit` permits of a semaphore, all or none (a bare number:
+/// one of that many).
+pub(crate) fn permit_acquire(
+    lock: &LockKeys,
+    owner: &str,
+    lease: Duration,
+    permits: impl Into<Permits>,
+) -> Call {
+    let Permits { limit, take } = permits.into();
     let keys = vec![lock.lock.clone(), lock.holders(), lock.fence.clone()];
-    let args = vec![owner.to_owned(), millis(lease), permits.to_string()];
+    let args = vec![
+        owner.to_owned(),
+        millis(lease),
+        limit.to_string(),
+        take.to_string(),
+    ];
     Call::new(&PERMIT_ACQUIRE, keys, args).quarantined()
 }
 
@@ -249,6 +262,18 @@ mod tests {
     fn a_lease_is_never_zero_milliseconds() {
         let lock = LockKeys::new("lock:", "a");
         let call = permit_acquire(&lock, "me", Duration::from_micros(10), 3);
-        assert_eq!(call.args(), ["me", "1", "3"]);
+        assert_eq!(call.args(), ["me", "1", "3", "1"]);
+    }
+
+    #[test]
+    fn a_permit_request_names_the_semaphores_permits_then_how_many_it_takes() {
+        let lock = LockKeys::new("lock:", "pool");
+        let several = Permits { limit: 10, take: 4 };
+        let call = permit_acquire(&lock, "me", Duration::from_secs(1), several);
+        assert_eq!(
+            call.keys(),
+            ["lock:{pool}", "lock:{pool}:holders", &lock.fence]
+        );
+        assert_eq!(call.args(), ["me", "1000", "10", "4"]);
     }
 }

@@ -6,7 +6,8 @@
 -- KEYS[1]  the lock: a hash (owner, count, fence, and `fair` for a fair
 --          lock) or, for a semaphore, a sorted set of permits scored by
 --          lease expiry (ms)
--- KEYS[2]  the semaphore holders' re-entry counts and tokens
+-- KEYS[2]  the semaphore holders' re-entry counts, tokens and permits, and
+--          the semaphore's number of permits ("limit")
 -- KEYS[3]  the readers of a read-write lock (sorted set scored by expiry)
 -- KEYS[4]  the readers' re-entry counts and tokens
 -- KEYS[5]  the queue of fair waiters, in arrival order
@@ -15,21 +16,23 @@
 --          this on the master of the lock's slot, where its sharded
 --          subscribers are)
 --
--- Returns {type of KEYS[1], fair (0 or 1), holders, queue, subscribers}:
--- `holders` is a flat list of five items per holder: how it holds ("x" the
--- lock hash, "p" a permit, "r" a read lock), owner id, re-entry count,
--- fencing token, and remaining lease in ms (-1: none); `queue` lists the
--- fair waiters still in line, first first; `subscribers` counts the
--- connections subscribed to the release channel.
+-- Returns {type of KEYS[1], fair (0 or 1), holders, queue, subscribers,
+-- limit}: `holders` is a flat list of six items per holder: how it holds
+-- ("x" the lock hash, "p" permits, "r" a read lock), owner id, re-entry
+-- count, fencing token, remaining lease in ms (-1: none), and permits held
+-- (1 but for a semaphore's holders); `queue` lists the fair waiters still
+-- in line, first first; `subscribers` counts the connections subscribed to
+-- the release channel; `limit` is a semaphore's number of permits, as its
+-- holders recorded it (0: none recorded).
 local now = now_ms()
 local function type_of(key)
   return redis.call('TYPE', key)['ok']
 end
 
 local holders = {}
-local function add(how, owner, count, fence, ttl)
-  local entry = {how, owner, count or '0', fence or '0', ttl}
-  for i = 1, 5 do
+local function add(how, owner, count, fence, ttl, permits)
+  local entry = {how, owner, count or '0', fence or '0', ttl, permits or '1'}
+  for i = 1, 6 do
     holders[#holders + 1] = entry[i]
   end
 end
@@ -44,18 +47,20 @@ local function places(how, set, counts)
   for i = 1, #all, 2 do
     local owner, expiry = all[i], tonumber(all[i + 1])
     if expiry > now then
-      local count, fence = false, false
+      local count, fence, permits = false, false, false
       if counted then
         count = redis.call('HGET', counts, 'c:' .. owner)
         fence = redis.call('HGET', counts, 'f:' .. owner)
+        permits = redis.call('HGET', counts, 'p:' .. owner)
       end
-      add(how, owner, count, fence, expiry - now)
+      add(how, owner, count, fence, expiry - now, permits)
     end
   end
 end
 
 local lock_type = type_of(KEYS[1])
 local fair = 0
+local limit = 0
 if lock_type == 'hash' then
   local held = redis.call('HMGET', KEYS[1], 'owner', 'count', 'fence', 'fair')
   if held[1] then
@@ -66,6 +71,9 @@ if lock_type == 'hash' then
   end
 elseif lock_type == 'zset' then
   places('p', KEYS[1], KEYS[2])
+  if type_of(KEYS[2]) == 'hash' then
+    limit = tonumber(redis.call('HGET', KEYS[2], 'limit') or '0') or 0
+  end
 end
 places('r', KEYS[3], KEYS[4])
 
@@ -86,4 +94,4 @@ if PUBLISH == 'SPUBLISH' then
   numsub = 'SHARDNUMSUB'
 end
 local subscribers = redis.call('PUBSUB', numsub, KEYS[7])[2]
-return {lock_type, fair, holders, queue, subscribers}
+return {lock_type, fair, holders, queue, subscribers, limit}

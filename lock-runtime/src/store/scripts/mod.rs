@@ -222,7 +222,7 @@ impl Stored {
                 set: lock.lock.clone(),
                 holders: lock.holders(),
                 queued: false,
-                limit: permits,
+                limit: permits.limit,
             },
             Kind::Read => Stored::Place {
                 set: lock.readers(),

@@ -1,8 +1,9 @@
--- Give back one level of a place in a leased set (a semaphore permit, a
--- read lock), and wake a waiter when the place is free.
+-- Give back one level of a place in a leased set (a semaphore's permits, a
+-- read lock), and wake waiters when the place is free.
 --
 -- KEYS[1]  the places (sorted set scored by lease expiry)
--- KEYS[2]  the holders' counts and tokens
+-- KEYS[2]  the holders' counts and tokens (for a semaphore, also each
+--          holder's permits and the permits taken in all: permit_acquire.lua)
 -- KEYS[3]  the release channel
 -- KEYS[4]  (read locks) the lock's queue of fair waiters, to name the next
 -- KEYS[5]  (read locks) the fair waiters' liveness
@@ -23,13 +24,23 @@ if count > 0 then
   return {count}
 end
 redis.call('ZREM', KEYS[1], ARGV[1])
-redis.call('HDEL', KEYS[2], 'c:' .. ARGV[1], 'f:' .. ARGV[1])
+-- A semaphore's holder gives back every permit it holds (one for a holder
+-- of an older version, without a "p:" field, and for a reader); the
+-- semaphore's total goes down by as many (readers have no total).
+local permits = tonumber(redis.call('HGET', KEYS[2], 'p:' .. ARGV[1]) or '1')
+redis.call('HDEL', KEYS[2], 'c:' .. ARGV[1], 'f:' .. ARGV[1], 'p:' .. ARGV[1])
 if redis.call('ZCARD', KEYS[1]) == 0 then
   redis.call('DEL', KEYS[1], KEYS[2])
+elseif redis.call('HEXISTS', KEYS[2], 'taken') == 1 then
+  redis.call('HINCRBY', KEYS[2], 'taken', -permits)
 end
 if KEYS[4] then
   redis.call(PUBLISH, KEYS[3], next_in_line(KEYS[4], KEYS[5]))
 else
-  redis.call(PUBLISH, KEYS[3], 'released')
+  -- One message per permit freed (up to 100), so that as many waiters wake
+  -- in each client as may now get in: a client wakes one waiter for each.
+  for _ = 1, math.min(permits, 100) do
+    redis.call(PUBLISH, KEYS[3], 'released')
+  end
 end
 return {0}

@@ -87,8 +87,9 @@ local function keep_for(key, ttl)
   end
 end
 
--- Takes or re-enters one place in a leased set: a semaphore's permits or a
--- read-write lock's readers. `set` scores each holder by its lease expiry
+-- Takes or re-enters one place in a leased set: a read-write lock's readers
+-- (a semaphore's holders, who may take several places each, have
+-- permit_acquire.lua). `set` scores each holder by its lease expiry
 -- (ms); `holders` keeps each one's re-entry count ("c:" owner) and token
 -- ("f:" owner). Holders whose leases ran out are dropped first.
 --

@@ -49,6 +49,19 @@ pub(crate) fn acquired(name: &str, locks: usize, reply: &[i64]) -> Result<Acquir
         [0, ttl] => Ok(Acquired::Busy {
             ttl: (*ttl >= 0).then(|| Duration::from_millis(*ttl as u64)),
         }),
+        // A semaphore request that cannot be granted (permit_acquire.lua).
+        [-1, recorded, asked] => Err(LockError::Config(format!(
+            "semaphore `{name}` has {recorded} permits, not {asked}: its holders recorded \
+             {recorded}, and every request must name that number while it has holders"
+        ))),
+        [-2, held, asked] => Err(LockError::Config(format!(
+            "semaphore `{name}`: this task holds {held} of its permits in an enclosing \
+             critical section and asks for {asked}; a re-entry holds the permits of the \
+             outer hold and cannot take more"
+        ))),
+        [-3, limit, asked] => Err(LockError::Config(format!(
+            "semaphore `{name}` has {limit} permits: a holder cannot take {asked}"
+        ))),
         _ => Err(unexpected(name, "acquire", reply)),
     }
 }

@@ -187,7 +187,10 @@ fn lock_scenario() -> Vec<(&'static str, ScriptInvocation<'static>)> {
         ("permit b", permit("b")),
         ("permit a again", permit("a")),
         ("permit c, busy", permit("c")),
-        ("permit release", place_release(Kind::Permits(2), &sem, "b")),
+        (
+            "permit release",
+            place_release(Kind::Permits(2.into()), &sem, "b"),
+        ),
         ("permit c", permit("c")),
         ("read r1", read("r1")),
         ("writer waits", acquire(&rw, "w", mark)),

@@ -44,7 +44,7 @@ async fn renew_extends_permits_unless_their_lease_ran_out() {
     let server = MemoryServer::new();
     let lock = keys("renew:sem");
     acquire_permit(&server, &lock, "a:1", Duration::from_millis(60), 2).await;
-    let stored = Stored::for_kind(Kind::Permits(2), &lock);
+    let stored = Stored::for_kind(Kind::Permits(2.into()), &lock);
     let renew = |owner: &'static str| {
         let call = calls::renew(&[Renewing {
             key: &lock.lock,
@@ -87,7 +87,7 @@ async fn renewal_keeps_the_longer_lease<C: redis::aio::ConnectionLike + Clone>(c
         .unwrap();
     assert_eq!(permit[0], 1);
     let shorter = Duration::from_millis(600);
-    let place = Stored::for_kind(Kind::Permits(2), &sem);
+    let place = Stored::for_kind(Kind::Permits(2.into()), &sem);
     let renewed: Vec<i64> = invocation(&calls::renew(&[
         Renewing {
             key: &lock.lock,
