@@ -536,10 +536,25 @@ async fn a_fixed_lease_is_a_hard_bound_unless_extended(store: Store) {
     assert!(extended.elapsed() >= Duration::from_secs(2));
     drop(guard);
 
-    // An extension below the minimum lease is refused.
+    // An extension below the minimum lease, or beyond the maximum, is refused.
     let guard = store.ok(fixed(&holder).wait(Duration::from_secs(10)).acquire().await);
-    let refused = guard.extend(Duration::from_millis(1)).await;
-    assert!(matches!(refused, Err(LockError::Config(_))), "{refused:?}");
+    for wrong in [Duration::from_millis(1), Duration::MAX] {
+        let refused = guard.extend(wrong).await;
+        assert!(matches!(refused, Err(LockError::Config(_))), "{refused:?}");
+    }
+
+    // Re-entered with the other kind of lease: refused, so that a renewed
+    // re-entry cannot keep a fixed lease alive past its bound.
+    let inner = guard
+        .scope(holder.lock(name.as_str()).lease(lease).acquire())
+        .await
+        .expect("not lost");
+    assert!(matches!(inner, Err(LockError::Config(_))), "{inner:?}");
+    let inner = store.ok(guard
+        .scope(fixed(&holder).acquire())
+        .await
+        .expect("not lost"));
+    store.ok(inner.release().await);
     store.ok(guard.release().await);
 }
 
@@ -577,6 +592,14 @@ async fn a_lock_held_at_least_stays_taken_after_an_early_release(store: Store) {
     store.ok(guard.release().await);
     let again = store.ok(other.lock(name.as_str()).try_acquire().await);
     assert!(again.is_some(), "free at once after the minimum");
+
+    // Not beyond the maximum lease.
+    let refused = holder
+        .lock(name.as_str())
+        .hold_at_least(Duration::MAX)
+        .acquire()
+        .await;
+    assert!(matches!(refused, Err(LockError::Config(_))), "{refused:?}");
 
     // Not for a semaphore or a read lock.
     let refused = holder

@@ -84,7 +84,8 @@ impl LockGuard {
     /// Keeps the locks taken until `at_least` after `acquired` at their
     /// release (see `LockRequest::hold_at_least`).
     pub(crate) fn held_at_least(mut self, at_least: Option<Duration>, acquired: Instant) -> Self {
-        self.keep_until = at_least.map(|at_least| acquired + at_least);
+        // At most `MAX_LEASE` (checked before acquiring): no overflow.
+        self.keep_until = at_least.and_then(|at_least| acquired.checked_add(at_least));
         self
     }
 
@@ -151,7 +152,7 @@ impl LockGuard {
     /// | field          | value                                                      |
     /// |----------------|------------------------------------------------------------|
     /// | `key`          | the lock's name (`a + b` for [`lock_all`](crate::LockClient::lock_all)) |
-    /// | `kind`         | `exclusive`, `semaphore`, `read` or `fair`                 |
+    /// | `kind`         | `exclusive`, `semaphore`, `read-write` or `fair`           |
     /// | `fence`        | the fencing token (of the first lock), once acquired      |
     /// | `fences`       | every lock's `name=token`, for several locks              |
     /// | `depth`        | 1 for a fresh acquisition, more for a re-entry            |
@@ -299,13 +300,16 @@ impl LockGuard {
     pub fn lost_error(&self) -> LockError {
         let lost = self.held.iter().find(|held| held.is_lost());
         let held = lost.map_or(self.first(), |held| &**held);
-        // Not declared yet, but past its deadline: it counts as expired.
+        // Not declared yet, but past its deadline: it counts as expired (a
+        // fixed lease, as ended).
         let reason = held
             .loss()
-            .unwrap_or(if Instant::now() >= held.valid_until() {
+            .unwrap_or(if Instant::now() < held.valid_until() {
+                LossReason::NotHeld
+            } else if held.is_renewed() {
                 LossReason::Expired
             } else {
-                LossReason::NotHeld
+                LossReason::LeaseEnded
             });
         LockError::Lost {
             key: held.name.clone(),

@@ -10,6 +10,7 @@ use tracing::Instrument;
 use crate::api::client::LockClient;
 use crate::api::guard::{LockGuard, renewals};
 use crate::api::scope;
+use crate::base::config::MAX_LEASE;
 use crate::base::error::LockError;
 use crate::base::keys::LockKeys;
 use crate::base::kind::Kind;
@@ -295,6 +296,14 @@ impl LockRequest {
         if let Kind::Permits(permits) = self.kind {
             permits.check(&self.label)?;
         }
+        if let Some(at_least) = self.at_least
+            && at_least > MAX_LEASE
+        {
+            return Err(LockError::Config(format!(
+                "`hold_at_least` {at_least:?} for lock `{}` is longer than the maximum {MAX_LEASE:?}",
+                self.label
+            )));
+        }
         if self.at_least.is_some() && matches!(self.kind, Kind::Permits(_) | Kind::Read) {
             return Err(LockError::Config(format!(
                 "`hold_at_least` applies to exclusive and fair locks, not to the {} lock `{}`",
@@ -322,6 +331,9 @@ impl LockRequest {
                 )));
             }
         };
+        if let Some(owner) = &scoped {
+            self.check_reentry(&keys, owner)?;
+        }
         let mut owner = scoped.clone().unwrap_or_else(|| self.client.new_owner());
         let started = Instant::now();
         // A wait too long for the clock (`Duration::MAX`: wait as long as it
@@ -448,6 +460,30 @@ impl LockRequest {
                 _ = tokio::time::sleep_until(wake.min(deadline)) => {}
             }
         }
+    }
+
+    /// Refuses a re-entry whose lease is of the other kind than the held
+    /// lock's (fixed or renewed): a renewed re-entry would keep a fixed
+    /// lease renewed past its bound, a fixed one could not bound a lock
+    /// that an enclosing scope renews.
+    fn check_reentry(&self, keys: &[LockKeys], owner: &Arc<str>) -> Result<(), LockError> {
+        let registry = &self.client.inner.registry;
+        for lock in keys {
+            let stored = Stored::for_kind(self.kind, lock);
+            if registry.renewed(lock, &stored, owner) == Some(self.fixed_lease) {
+                let (held, asked) = if self.fixed_lease {
+                    ("renewed", "fixed")
+                } else {
+                    ("fixed", "renewed")
+                };
+                return Err(LockError::Config(format!(
+                    "`{}` is held with a {held} lease by an enclosing critical section; \
+                     re-entering it with a {asked} lease would change how long it is held",
+                    self.label
+                )));
+            }
+        }
+        Ok(())
     }
 
     /// One attempt: the guard, or how long the locks others hold stay taken.

@@ -9,6 +9,12 @@ use crate::base::error::LockError;
 /// renewal must make a round trip and be confirmed well within that time.
 pub const MIN_LEASE: Duration = Duration::from_millis(100);
 
+/// The longest lease (and `hold_at_least`) the library accepts, a year: a
+/// lock is always meant to run out, and longer durations would not fit the
+/// milliseconds Redis keeps expiries in (or the clock, for
+/// `Duration::MAX`).
+pub const MAX_LEASE: Duration = Duration::from_secs(365 * 24 * 3600);
+
 /// Replicas that must have a write before it counts (`WAIT`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Replicas {
@@ -108,6 +114,11 @@ impl Config {
                 "lease {lease:?} for lock `{key}` is shorter than the minimum {MIN_LEASE:?}"
             )));
         }
+        if lease > MAX_LEASE {
+            return Err(LockError::Config(format!(
+                "lease {lease:?} for lock `{key}` is longer than the maximum {MAX_LEASE:?}"
+            )));
+        }
         if self.drift_for(lease) >= lease / 3 {
             return Err(LockError::Config(format!(
                 "drift margin {:?} leaves no safe window in the {lease:?} lease of lock `{key}`",
@@ -136,6 +147,8 @@ mod tests {
         let config = Config::default();
         assert!(config.check_lease("k", Duration::from_millis(99)).is_err());
         assert!(config.check_lease("k", MIN_LEASE).is_ok());
+        assert!(config.check_lease("k", MAX_LEASE).is_ok());
+        assert!(config.check_lease("k", Duration::MAX).is_err());
         let wide = Config {
             drift: Some(Duration::from_secs(1)),
             ..Config::default()

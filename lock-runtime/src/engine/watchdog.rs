@@ -89,17 +89,22 @@ impl Timing {
         }
     }
 
-    /// The lease a renewal sent at `now` asks for: the lease, or for a lock
-    /// that is not renewed, only what is left of it (a check that it is
-    /// still held, which never lengthens it: renewals never shorten).
-    fn lease_at(&self, now: Instant) -> Duration {
+    /// The lease a renewal asks for: the lease, or for a lock that is not
+    /// renewed, the shortest there is: a check that it is still held, which
+    /// never lengthens it, since renewals never shorten what Redis keeps.
+    fn lease_at(&self) -> Duration {
         if self.renewed {
             self.lease
         } else {
-            (self.valid_until + self.drift).saturating_duration_since(now)
+            FIXED_CHECK
         }
     }
 }
+
+/// What a renewal of a fixed lease asks for: only that the lock is still
+/// held (PEXPIRE is never sent for less than 1 ms, and a renewal never
+/// shortens a lease).
+const FIXED_CHECK: Duration = Duration::from_millis(1);
 
 /// Far enough ahead to stand for "never" in a `renew_at`.
 const NEVER: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
@@ -117,6 +122,11 @@ impl Held {
 
     pub(crate) fn is_lost(&self) -> bool {
         self.lost.is_cancelled()
+    }
+
+    /// Whether the watchdog renews it (not a fixed lease).
+    pub(crate) fn is_renewed(&self) -> bool {
+        self.timing().renewed
     }
 
     /// Until when the lock is surely held, as far as this process knows.
@@ -217,10 +227,9 @@ impl Registry {
             timing.guards += 1;
             timing.lease = timing.lease.max(acquired.lease);
             timing.drift = timing.drift.max(acquired.drift);
-            timing.renewed |= acquired.renewed;
+            // A re-entry with the other kind of lease is refused before it
+            // is sent (see `renewed`): the first guard's kind stays.
             timing.confirm(acquired.sent, acquired.lease);
-            drop(timing);
-            self.changed.notify_one();
             return held.clone();
         }
         let held = Arc::new(Held {
@@ -258,6 +267,20 @@ impl Registry {
             self.changed.notify_one();
         }
         held
+    }
+
+    /// Whether the lock `keys` stored as `stored`, held by `owner`, is
+    /// renewed by the watchdog (`None`: this client does not hold it).
+    pub(crate) fn renewed(
+        &self,
+        keys: &LockKeys,
+        stored: &Stored,
+        owner: &Arc<str>,
+    ) -> Option<bool> {
+        let id = (renewed_key(keys, stored), owner.clone());
+        let entries = self.entries();
+        let held = entries.map.get(&id)?;
+        Some(held.timing().renewed)
     }
 
     /// Drops one guard; the last one stops renewal. True when it was the last.
@@ -346,7 +369,7 @@ pub(crate) async fn run(registry: Arc<Registry>, backend: Backend, shutdown: Can
     loop {
         let (overdue, due, next) = registry.sweep(Instant::now());
         for held in overdue {
-            let reason = if held.timing().renewed {
+            let reason = if held.is_renewed() {
                 LossReason::Expired
             } else {
                 LossReason::LeaseEnded
@@ -385,7 +408,7 @@ async fn renew(registry: Arc<Registry>, backend: Backend, batch: Vec<Arc<Held>>)
                 key: held.keys.lock.as_str(),
                 stored: &held.stored,
                 owner: &held.owner,
-                lease: timing.lease_at(sent),
+                lease: timing.lease_at(),
             }
         })
         .collect();
@@ -555,16 +578,16 @@ mod tests {
         assert!(overdue.is_empty() && due.is_empty());
         assert_eq!(next, Some(deadline - DECLARE_EARLY));
 
-        // After a lost connection it is checked once, asking only for what
-        // is left of its lease.
+        // After a lost connection it is checked once, asking for no more
+        // than it has: its deadline stays.
         registry.check_now();
         let now = start + Duration::from_secs(2);
         let (_, due, _) = registry.sweep(now);
         assert_eq!(due.len(), 1);
-        let left = held.timing().lease_at(now);
-        assert_eq!(left, Duration::from_secs(1));
+        let check = held.timing().lease_at();
+        assert_eq!(check, FIXED_CHECK);
         let mut timing = held.timing();
-        timing.confirm(now, left);
+        timing.confirm(now, check);
         timing.in_flight = false;
         drop(timing);
         assert_eq!(held.valid_until(), deadline);

@@ -21,7 +21,11 @@ for i = 1, #KEYS / 2 do
   -- whole batch (its error reply never equals an owner id).
   result[i] = 0
   if kind == 'x' then
-    if redis.pcall('HGET', key, 'owner') == owner then
+    -- A lock released with a minimum hold (count 0, see release.lua) is
+    -- no longer its owner's to renew: a renewal sent before the release
+    -- and arriving after it must not stretch the minimum to a lease.
+    local held = redis.pcall('HMGET', key, 'owner', 'count')
+    if type(held) == 'table' and held[1] == owner and held[2] ~= '0' then
       keep_for(key, lease)
       result[i] = 1
     end

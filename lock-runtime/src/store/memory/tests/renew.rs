@@ -5,7 +5,38 @@ use std::time::Duration;
 use super::{acquire, acquire_permit, int, invocation, keys, real_redis, run};
 use crate::base::kind::Kind;
 use crate::store::memory::MemoryServer;
-use crate::store::scripts::{Renewing, Stored, calls};
+use crate::store::scripts::{Giving, Renewing, Stored, calls};
+
+#[tokio::test]
+async fn a_renewal_arriving_after_a_release_does_not_stretch_the_minimum_hold() {
+    let server = MemoryServer::new();
+    let lock = keys("renew:kept");
+    acquire(&server, &lock, "a:1", Duration::from_millis(30_000)).await;
+    let keep = Giving {
+        all: true,
+        keep: Duration::from_millis(500),
+    };
+    let left: Vec<i64> = run(
+        &server,
+        &calls::release(std::slice::from_ref(&lock), &Stored::Hash, "a:1", keep),
+    )
+    .await
+    .unwrap();
+    assert_eq!(left, [0]);
+    // Still taken, for the minimum only.
+    let ttl = int(&server.command(&["PTTL", &lock.lock]));
+    assert!((1..=500).contains(&ttl), "{ttl}");
+    // A renewal sent before the release, arriving after it.
+    let late = Renewing {
+        key: &lock.lock,
+        stored: &Stored::Hash,
+        owner: "a:1",
+        lease: Duration::from_millis(30_000),
+    };
+    let renewed: Vec<i64> = run(&server, &calls::renew(&[late])).await.unwrap();
+    assert_eq!(renewed, [0], "no longer its owner's to renew");
+    assert!(int(&server.command(&["PTTL", &lock.lock])) <= 500);
+}
 
 #[tokio::test]
 async fn renew_extends_held_locks_and_reports_lost_ones() {
