@@ -4,7 +4,7 @@
 use std::fmt::Write as _;
 use std::time::Duration;
 
-use lock_runtime::{Holder, LockInfo};
+use lock_runtime::{HoldMode, Holder, LockInfo};
 use owo_colors::{OwoColorize, Style};
 use serde_json::{Value, json};
 
@@ -70,6 +70,20 @@ fn waiters(info: &LockInfo) -> String {
     }
 }
 
+/// The kind, with a semaphore's permits taken of its number
+/// (`semaphore 3/10`).
+fn kind(info: &LockInfo) -> String {
+    match info.limit {
+        Some(limit) => format!("{} {}/{limit}", info.kind, taken(info)),
+        None => info.kind.to_string(),
+    }
+}
+
+/// The permits a semaphore's holders hold together.
+fn taken(info: &LockInfo) -> u32 {
+    info.holders.iter().map(|holder| holder.permits).sum()
+}
+
 /// The `list` table: one row per holder (a lock with only waiters in line
 /// gets one row without an owner).
 pub(crate) fn table(locks: &[LockInfo], paint: Paint) -> String {
@@ -80,7 +94,7 @@ pub(crate) fn table(locks: &[LockInfo], paint: Paint) -> String {
             let [owner, count, ttl, fence] = cells;
             [
                 info.name.clone(),
-                info.kind.to_string(),
+                kind(info),
                 owner,
                 count,
                 ttl,
@@ -141,6 +155,9 @@ pub(crate) fn details(info: &LockInfo, paint: Paint) -> String {
     let mut out = String::new();
     let _ = writeln!(out, "{}  {}", paint.name(&info.name), info.kind);
     let _ = writeln!(out, "  key      {}", info.key);
+    if let Some(limit) = info.limit {
+        let _ = writeln!(out, "  permits  {} of {limit} taken", taken(info));
+    }
     for holder in &info.holders {
         let _ = writeln!(out, "  holder   {}", holder_line(holder, paint));
     }
@@ -159,10 +176,16 @@ pub(crate) fn details(info: &LockInfo, paint: Paint) -> String {
     out
 }
 
-/// A holder on one line: who, how, and its lease, token and count.
+/// A holder on one line: who, how (with a semaphore holder's permits),
+/// and its lease, token and count.
 pub(crate) fn holder_line(holder: &Holder, paint: Paint) -> String {
+    let permits = if holder.mode == HoldMode::Permit {
+        format!(" x{}", holder.permits)
+    } else {
+        String::new()
+    };
     format!(
-        "{} ({}) count {} fence {} ttl {}",
+        "{} ({}{permits}) count {} fence {} ttl {}",
         owner_text(&holder.owner, paint),
         holder.mode,
         holder.count,
@@ -187,6 +210,7 @@ pub(crate) fn json(info: &LockInfo) -> Value {
         "name": info.name,
         "key": info.key,
         "kind": info.kind.as_str(),
+        "limit": info.limit,
         "holders": info.holders.iter().map(holder_json).collect::<Vec<_>>(),
         "waiters": {
             "subscribers": info.waiters.subscribers,
@@ -205,6 +229,7 @@ fn holder_json(holder: &Holder) -> Value {
         "client": id.map(|id| id.client.to_string()),
         "scope": id.map(|id| id.scope),
         "mode": holder.mode.as_str(),
+        "permits": holder.permits,
         "count": holder.count,
         "fence": holder.fence,
         "ttl_ms": holder.ttl.map(|ttl| ttl.as_millis() as u64),

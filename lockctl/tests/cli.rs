@@ -152,6 +152,51 @@ async fn list_and_inspect_show_who_holds_what() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_semaphore_shows_its_permits_taken_of_its_number() {
+    let server = RedisServer::start();
+    let locks = billing(&server).await;
+    let two = locks
+        .semaphore("exports", 5)
+        .permits(2)
+        .acquire()
+        .await
+        .expect("two permits");
+    let one = locks
+        .semaphore("exports", 5)
+        .acquire()
+        .await
+        .expect("one permit");
+
+    let listed = lockctl(&server, &["list"]).await;
+    expect_code(&server, &listed, 0);
+    let text = stdout(&listed);
+    assert!(text.contains("semaphore 3/5"), "{text}");
+
+    let inspected = lockctl(&server, &["inspect", "exports"]).await;
+    expect_code(&server, &inspected, 0);
+    let text = stdout(&inspected);
+    assert!(text.contains("permits  3 of 5 taken"), "{text}");
+    assert!(text.contains("(permit x2)"), "{text}");
+    assert!(text.contains("(permit x1)"), "{text}");
+
+    let json = lockctl(&server, &["--json", "inspect", "exports"]).await;
+    expect_code(&server, &json, 0);
+    let info: Value = serde_json::from_str(&stdout(&json)).expect("JSON");
+    assert_eq!(info["limit"], 5);
+    let mut permits: Vec<u64> = info["holders"]
+        .as_array()
+        .expect("holders")
+        .iter()
+        .map(|holder| holder["permits"].as_u64().expect("permits"))
+        .collect();
+    permits.sort_unstable();
+    assert_eq!(permits, [1, 2]);
+
+    two.release().await.expect("release");
+    one.release().await.expect("release");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn release_without_force_is_refused() {
     let server = RedisServer::start();
     let locks = billing(&server).await;
