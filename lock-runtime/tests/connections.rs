@@ -14,7 +14,7 @@ use common::{
     start_cluster, start_sentinel_group,
 };
 use lock_runtime::{Deployment, LockClient, LockError};
-use lock_testkit::{RedisServer, free_port, unique_key};
+use lock_testkit::{RedisServer, TlsServer, free_port, unique_key};
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::cluster::ClusterClient;
 use redis::sentinel::{SentinelClient, SentinelNodeConnectionInfo, SentinelServerType};
@@ -445,43 +445,14 @@ async fn redlock_over_handed_over_clients_excludes_redlock_over_urls() {
     ok(&masters[0], guard.release().await);
 }
 
-/// A CA and a server certificate for 127.0.0.1, as PEM: (dir, CA PEM).
-fn certificates() -> (tempfile::TempDir, String) {
-    use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, IsCa, KeyPair, SanType};
-    let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
-    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    let ca = CertifiedIssuer::self_signed(ca_params, KeyPair::generate().unwrap()).unwrap();
-    let mut server_params = CertificateParams::new(vec!["localhost".to_owned()]).unwrap();
-    server_params
-        .subject_alt_names
-        .push(SanType::IpAddress([127, 0, 0, 1].into()));
-    let server_key = KeyPair::generate().unwrap();
-    let server_cert = server_params.signed_by(&server_key, &ca).unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::write(dir.path().join("ca.crt"), ca.pem()).unwrap();
-    std::fs::write(dir.path().join("server.crt"), server_cert.pem()).unwrap();
-    std::fs::write(dir.path().join("server.key"), server_key.serialize_pem()).unwrap();
-    (dir, ca.pem())
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tls_roots_apply_where_a_handle_brings_no_certificates_of_its_own() {
-    let (dir, ca_pem) = certificates();
-    let path = |file: &str| dir.path().join(file).to_string_lossy().into_owned();
-    let tls_port = free_port().to_string();
-    let server = RedisServer::start_with(&[
-        "--tls-port",
-        &tls_port,
-        "--tls-cert-file",
-        &path("server.crt"),
-        "--tls-key-file",
-        &path("server.key"),
-        "--tls-ca-cert-file",
-        &path("ca.crt"),
-        "--tls-auth-clients",
-        "no",
-    ]);
-    let url = format!("rediss://127.0.0.1:{tls_port}/");
+    let TlsServer {
+        server,
+        url,
+        certificates,
+    } = TlsServer::start();
+    let ca_pem = certificates.ca_pem.clone();
 
     // A connection info without certificates: the builder's roots apply.
     let info = url.as_str().into_connection_info().unwrap();

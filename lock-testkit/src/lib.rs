@@ -103,11 +103,13 @@ mod resp;
 mod sentinel;
 mod server;
 mod stats;
+mod tls;
 
 pub use cluster::RedisCluster;
 pub use proxy::Proxy;
 pub use sentinel::SentinelGroup;
 pub use server::{RedisServer, free_port, unique_key};
+pub use tls::{Certificates, TlsServer};
 
 use std::thread;
 use std::time::{Duration, Instant};

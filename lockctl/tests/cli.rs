@@ -7,7 +7,7 @@ use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
 use lock_runtime::{Deployment, LockClient, LockGuard};
-use lock_testkit::{RedisServer, free_port};
+use lock_testkit::{Certificates, RedisServer, TlsServer, free_port};
 use serde_json::Value;
 
 /// A lock client named `billing`, with short timeouts for tests.
@@ -510,7 +510,7 @@ async fn tls_ca_must_be_a_readable_pem_file() {
     );
 
     // A CA for a deployment without TLS is a mistake worth saying.
-    let tls = certificates("tls-ca-plain");
+    let tls = Certificates::generate();
     let refused = output(bare_command(&[
         "--url",
         "redis://127.0.0.1:1/",
@@ -529,26 +529,15 @@ async fn tls_ca_must_be_a_readable_pem_file() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tls_ca_trusts_a_private_ca() {
-    let tls = certificates("tls-ca-server");
+    // The plain port stays open for the holder.
+    let TlsServer {
+        server,
+        url,
+        certificates: tls,
+    } = TlsServer::start();
     let path = |path: &std::path::Path| path.to_str().expect("UTF-8 path").to_owned();
-    let tls_port = free_port().to_string();
-    // The plain port stays open for the test kit's readiness checks and for
-    // the holder.
-    let server = RedisServer::start_with(&[
-        "--tls-port",
-        &tls_port,
-        "--tls-cert-file",
-        &path(&tls.cert),
-        "--tls-key-file",
-        &path(&tls.key),
-        "--tls-ca-cert-file",
-        &path(&tls.ca),
-        "--tls-auth-clients",
-        "no",
-    ]);
     let locks = billing(&server).await;
     let guard = hold(&locks, "invoice:7").await;
-    let url = format!("rediss://127.0.0.1:{tls_port}/");
 
     let listed = output(bare_command(&[
         "--url",
@@ -578,40 +567,4 @@ fn scratch_dir(name: &str) -> PathBuf {
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).expect("scratch directory");
     dir
-}
-
-/// PEM files of a CA and of a server certificate it signed for 127.0.0.1.
-struct Certificates {
-    ca: PathBuf,
-    cert: PathBuf,
-    key: PathBuf,
-}
-
-fn certificates(name: &str) -> Certificates {
-    use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, IsCa, KeyPair, SanType};
-
-    let mut ca_params = CertificateParams::new(Vec::<String>::new()).expect("CA params");
-    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    let ca =
-        CertifiedIssuer::self_signed(ca_params, KeyPair::generate().expect("key")).expect("CA");
-    let mut server_params =
-        CertificateParams::new(vec!["localhost".to_owned()]).expect("server params");
-    server_params
-        .subject_alt_names
-        .push(SanType::IpAddress([127, 0, 0, 1].into()));
-    let server_key = KeyPair::generate().expect("key");
-    let server_cert = server_params
-        .signed_by(&server_key, &ca)
-        .expect("server certificate");
-
-    let dir = scratch_dir(name);
-    let files = Certificates {
-        ca: dir.join("ca.crt"),
-        cert: dir.join("server.crt"),
-        key: dir.join("server.key"),
-    };
-    std::fs::write(&files.ca, ca.pem()).expect("write");
-    std::fs::write(&files.cert, server_cert.pem()).expect("write");
-    std::fs::write(&files.key, server_key.serialize_pem()).expect("write");
-    files
 }
