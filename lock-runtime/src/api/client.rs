@@ -565,7 +565,7 @@ impl LockClient {
             shutdown.clone(),
         );
         let topology = if deployment.is_redlock() {
-            Topology::Quorum(nodes)
+            Topology::Quorum(nodes.into_iter().map(Node::uncoalesced).collect())
         } else if deployment.is_cluster() {
             Topology::Cluster(nodes.remove(0))
         } else {

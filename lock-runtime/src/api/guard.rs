@@ -442,9 +442,17 @@ async fn give_back(
     let keys: Vec<LockKeys> = held.iter().map(|held| held.keys.clone()).collect();
     let label = label(held);
     let (owner, stored) = (&held[0].owner, &held[0].stored);
+    let announce = keys
+        .iter()
+        .any(|lock| inner.wakeups.has_live_waiters(&lock.channel));
+    let giving = Giving {
+        all: whole,
+        keep,
+        announce,
+    };
     let released = inner
         .backend
-        .release(&label, &keys, stored, owner, Giving { all: whole, keep })
+        .release(&label, &keys, stored, owner, giving)
         .await?;
     tracing::debug!(?released, "released");
     Ok(released)

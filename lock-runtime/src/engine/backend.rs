@@ -117,8 +117,9 @@ impl Attempt<'_> {
     }
 
     /// The acquire call for `locks` (all of the attempt's, or one Cluster
-    /// slot's), and the call that gives back what it granted.
-    fn calls(&self, locks: &[LockKeys]) -> Acquire {
+    /// slot's), and the call that gives back what it granted, announcing
+    /// it when `announce` (see [`Giving::announce`] and [`Backend::release`]).
+    fn calls(&self, locks: &[LockKeys], announce: bool) -> Acquire {
         let (owner, lease, mark) = (self.owner, self.times.lease, self.times.mark);
         let take = match self.kind {
             Kind::Exclusive => calls::acquire(locks, owner, lease, mark),
@@ -129,7 +130,11 @@ impl Attempt<'_> {
                 calls::fair_acquire(&locks[0], owner, lease, stay, enqueue)
             }
         };
-        let undo = calls::release(locks, &self.stored(), owner, Giving::ONE);
+        let giving = Giving {
+            announce,
+            ..Giving::ONE
+        };
+        let undo = calls::release(locks, &self.stored(), owner, giving);
         Acquire {
             take,
             undo,
@@ -187,7 +192,7 @@ impl Backend {
                 acquire_by_slot(node, attempt).await
             }
             Topology::Single(node) | Topology::Cluster(node) => {
-                node.acquire(attempt.name, &attempt.calls(locks), attempt.replicas)
+                node.acquire(attempt.name, &attempt.calls(locks, false), attempt.replicas)
                     .await
             }
             Topology::Quorum(nodes) => on_quorum(nodes, attempt).await,
@@ -204,6 +209,14 @@ impl Backend {
         owner: &str,
         giving: Giving,
     ) -> Result<Vec<Released>, LockError> {
+        // On Redlock every release is announced: a client's subscription
+        // counts as live once a majority of masters confirmed it, so the
+        // master where a waiter marked the lock may be one whose messages
+        // it does not get; the announcements of the others make up for it.
+        let giving = Giving {
+            announce: giving.announce || matches!(*self.topology, Topology::Quorum(_)),
+            ..giving
+        };
         let build = |locks: &[LockKeys]| calls::release(locks, stored, owner, giving);
         let per_store = self.everywhere(name, locks, build, releasing).await?;
         Ok((0..locks.len())
@@ -438,7 +451,7 @@ async fn acquire_by_slot(node: &Node, attempt: &Attempt<'_>) -> Result<Acquired,
     let mut taken_slots: Vec<Acquire> = Vec::new();
     for group in &groups {
         let group_locks: Vec<LockKeys> = group.iter().map(|&i| locks[i].clone()).collect();
-        let call = attempt.calls(&group_locks);
+        let call = attempt.calls(&group_locks, false);
         let outcome = node.acquire(attempt.name, &call, attempt.replicas).await;
         match outcome {
             Ok(Acquired::Held(held)) => {
@@ -466,7 +479,7 @@ async fn acquire_by_slot(node: &Node, attempt: &Attempt<'_>) -> Result<Acquired,
 async fn on_quorum(nodes: &[Node], attempt: &Attempt<'_>) -> Result<Acquired, LockError> {
     let (name, keys, times) = (attempt.name, attempt.locks, attempt.times);
     let needed = needed(nodes.len(), attempt.stored().holders_at_once());
-    let call = attempt.calls(keys);
+    let call = attempt.calls(keys, true);
     let (undo, locks) = (call.undo.clone(), call.locks);
     let started = Instant::now();
     let mut pending: FuturesUnordered<_> = nodes

@@ -1,13 +1,17 @@
 //! One lock store and the calls run on it, each within a timeout, sent
 //! again only when that is safe, and followed by `WAIT` where replicas
-//! must confirm it.
+//! must confirm it. Acquisitions and releases that are ready at the same
+//! moment go as one script call (see [`crate::store::coalesce`]).
 
+use std::sync::Arc;
 use std::time::Duration;
 
-use redis::{ErrorKind, FromRedisValue, ServerErrorKind};
+use futures_util::future::BoxFuture;
+use redis::{ErrorKind, FromRedisValue, ServerErrorKind, Value};
 
 use crate::base::config::Replicas;
 use crate::base::error::LockError;
+use crate::store::coalesce::{Coalescer, Failure, Lane, Reply, Transport};
 use crate::store::connection::Conn;
 use crate::store::scripts::{
     Acquire, Acquired, Call, Quarantine, Released, acquired, released, unexpected,
@@ -27,6 +31,9 @@ pub(crate) struct Node {
     quarantine: Quarantine,
     /// Release messages go out with SPUBLISH (a Cluster).
     sharded: bool,
+    /// Acquisitions and releases waiting to go together; `None`: every
+    /// call goes alone (see [`Node::uncoalesced`]).
+    coalescer: Option<Arc<Coalescer>>,
 }
 
 impl Node {
@@ -42,6 +49,20 @@ impl Node {
             timeout,
             quarantine,
             sharded,
+            coalescer: Some(Arc::default()),
+        }
+    }
+
+    /// The node with every call sent alone: for Redlock masters. Their
+    /// contenders race for every master at once, and coalescing, which
+    /// delays a call while another of its lane is on its way, made them
+    /// split the masters between them more often: with one master frozen,
+    /// waiters were starved past a minute of waiting in the Redlock tests.
+    /// Alone, each call reaches each master as soon as it is ready.
+    pub(crate) fn uncoalesced(self) -> Node {
+        Node {
+            coalescer: None,
+            ..self
         }
     }
 
@@ -62,7 +83,7 @@ impl Node {
     ) -> Result<Acquired, LockError> {
         let (take, locks) = (&call.take, call.locks);
         let Some(replicas) = replicas else {
-            let reply: Vec<i64> = self.run(Some(name), take).await?;
+            let reply: Vec<i64> = self.coalesced(name, take, Some(&call.undo)).await?;
             return acquired(name, locks, &reply);
         };
         let (reply, acked): (Vec<i64>, u32) =
@@ -86,7 +107,7 @@ impl Node {
         call: &Call,
         locks: usize,
     ) -> Result<Vec<Released>, LockError> {
-        let left: Vec<i64> = self.run(Some(name), call).await?;
+        let left: Vec<i64> = self.coalesced(name, call, None).await?;
         if left.len() != locks {
             return Err(unexpected(name, call.script_name(), &left));
         }
@@ -124,6 +145,26 @@ impl Node {
         call: &Call,
     ) -> Result<T, LockError> {
         self.run_on(&self.conn, name, call, self.timeout).await
+    }
+
+    /// Runs `call` together with the calls of the same script (and slot)
+    /// that are ready at the same moment; `undo` gives back what it
+    /// granted if the caller is gone when the reply comes.
+    async fn coalesced<T: FromRedisValue>(
+        &self,
+        name: &str,
+        call: &Call,
+        undo: Option<&Call>,
+    ) -> Result<T, LockError> {
+        let Some(coalescer) = &self.coalescer else {
+            return self.run(Some(name), call).await;
+        };
+        let lane = Lane::of(call, self.conn.is_cluster());
+        let reply = coalescer
+            .run(self, lane, call.clone(), undo.cloned(), self.timeout)
+            .await;
+        let value = reply.map_err(|failure| failure.error(Some(name), self.timeout))?;
+        redis::from_redis_value(value).map_err(|err| LockError::from_redis(Some(name), err.into()))
     }
 
     /// `INFO section` of every server behind this node.
@@ -213,6 +254,33 @@ impl Node {
     }
 }
 
+impl Transport for Node {
+    fn send(&self, calls: Vec<Call>) -> BoxFuture<'static, Reply> {
+        let node = self.clone();
+        Box::pin(async move {
+            let invocation = match calls.as_slice() {
+                [call] => call.invocation(node.sharded, &node.quarantine),
+                _ => Call::batch(calls.iter(), node.sharded, &node.quarantine)
+                    .expect("a batch has calls"),
+            };
+            let idempotent = calls.iter().all(Call::is_idempotent);
+            let conn = &node.conn;
+            let invoke = || {
+                let mut conn = conn.clone();
+                let invocation = &invocation;
+                async move { invocation.invoke_async::<Value>(&mut conn).await }
+            };
+            let reply = bounded(node.timeout, retried(conn.is_cluster(), idempotent, invoke)).await;
+            if let Err(failure) = &reply {
+                note(conn, &failure.clone().error(None, node.timeout));
+            } else {
+                conn.answered();
+            }
+            reply
+        })
+    }
+}
+
 /// How often a Cluster call refused without running is sent again.
 const CLUSTER_RETRIES: u32 = 3;
 
@@ -278,11 +346,19 @@ fn replicated(name: Option<&str>, replicas: Replicas, acked: u32) -> Result<(), 
 /// answer too), so that it can replace itself after repeated timeouts.
 fn noted<T>(conn: &Conn, result: Result<T, LockError>) -> Result<T, LockError> {
     match &result {
-        Err(LockError::CommandTimeout { .. }) => conn.timed_out(),
-        Ok(_) | Err(LockError::Redis { .. } | LockError::WrongType { .. }) => conn.answered(),
-        Err(_) => {}
+        Ok(_) => conn.answered(),
+        Err(err) => note(conn, err),
     }
     result
+}
+
+/// Tells the connection whether a failed call was answered (see [`noted`]).
+fn note(conn: &Conn, err: &LockError) {
+    match err {
+        LockError::CommandTimeout { .. } => conn.timed_out(),
+        LockError::Redis { .. } | LockError::WrongType { .. } => conn.answered(),
+        _ => {}
+    }
 }
 
 /// Bounds a Redis call by `timeout` and sorts its error; `name` names the
@@ -292,15 +368,21 @@ pub(crate) async fn within<T>(
     name: Option<&str>,
     call: impl Future<Output = redis::RedisResult<T>>,
 ) -> Result<T, LockError> {
-    let timed_out = || LockError::CommandTimeout {
-        key: name.map(str::to_owned),
-        after: timeout,
-    };
+    bounded(timeout, call)
+        .await
+        .map_err(|failure| failure.error(name, timeout))
+}
+
+/// Bounds a Redis call by `timeout`.
+async fn bounded<T>(
+    timeout: Duration,
+    call: impl Future<Output = redis::RedisResult<T>>,
+) -> Result<T, Failure> {
     match tokio::time::timeout(timeout, call).await {
         // The connection's own response timeout may fire first.
-        Ok(Err(err)) if err.is_timeout() => Err(timed_out()),
-        Ok(result) => result.map_err(|err| LockError::from_redis(name, err)),
-        Err(_) => Err(timed_out()),
+        Ok(Err(err)) if err.is_timeout() => Err(Failure::TimedOut),
+        Ok(result) => result.map_err(Failure::Redis),
+        Err(_) => Err(Failure::TimedOut),
     }
 }
 

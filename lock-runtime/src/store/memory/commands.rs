@@ -74,6 +74,7 @@ static COMMANDS: &[Command] = commands! {
     "echo" 2 false echo;
     "time" 1 false time;
     "info" -1 false info;
+    "lastsave" 1 false lastsave;
     "dbsize" 1 false dbsize;
     "flushall" -1 false flush;
     "flushdb" -1 false flush;
@@ -248,6 +249,11 @@ fn time(ctx: &mut Ctx<'_>, _: &[Vec<u8>]) -> Result {
         Reply::bulk((now / 1_000_000).to_string()),
         Reply::bulk((now % 1_000_000).to_string()),
     ]))
+}
+
+/// No saves happen here, so the last one is the start (as Redis counts it).
+fn lastsave(ctx: &mut Ctx<'_>, _: &[Vec<u8>]) -> Result {
+    Ok(Reply::Int((ctx.server.started_us / 1_000_000) as i64))
 }
 
 fn info(ctx: &mut Ctx<'_>, args: &[Vec<u8>]) -> Result {

@@ -14,7 +14,9 @@
 -- ARGV[1]          owner id (client uuid : scope id)
 -- ARGV[2]          lease in milliseconds
 -- ARGV[3]          how long a waiting writer's mark lasts unless it tries
---                  again (ms; 0: the caller does not wait). The caller
+--                  again (ms; 0: the caller does not wait). A caller that
+--                  waits and finds a lock taken marks its hash ("w"), so
+--                  that its release is announced. The caller
 --                  takes it back when it stops waiting; a dead caller's
 --                  mark lapses after this long.
 -- ARGV[4..6]       the restart quarantine: run id seen, ms, strict (prelude)
@@ -25,7 +27,7 @@
 -- marked itself waiting is told to try again within half its mark's life,
 -- so that the mark lasts as long as it waits.
 local n = #KEYS / 5
-local q = quarantine_at(4)
+local q = quarantine_at(ARGV, 4)
 local longest = nil
 local function blocked_for(ttl)
   if ttl < 0 or longest == -1 then
@@ -42,6 +44,10 @@ for i = 1, n do
   owners[i] = owner
   if owner and owner ~= ARGV[1] then
     blocked_for(redis.call('PTTL', KEYS[i]))
+    if tonumber(ARGV[3]) > 0 then
+      -- The caller waits: its release must be announced (release.lua).
+      redis.call('HSET', KEYS[i], 'w', 1)
+    end
   elseif not owner then
     local readers, marker, readers_waiting = KEYS[2 * n + i], KEYS[3 * n + i], KEYS[4 * n + i]
     if redis.call('EXISTS', readers, marker, readers_waiting) > 0 then

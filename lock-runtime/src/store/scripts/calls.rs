@@ -134,7 +134,7 @@ pub(crate) fn release(locks: &[LockKeys], stored: &Stored, owner: &str, giving: 
                     LockKeys::queue_alive,
                 ],
             );
-            args.push(giving.keep.as_millis().to_string());
+            args.extend([giving.keep.as_millis().to_string(), flag(giving.announce)]);
             Call::new(&RELEASE, keys, args)
         }
         Stored::Place {
@@ -253,7 +253,7 @@ mod tests {
                 "lock:{b}:queue:alive",
             ]
         );
-        assert_eq!(call.args(), ["me", "1", "0"]);
+        assert_eq!(call.args(), ["me", "1", "0", "0"]);
         assert!(call.is_idempotent());
         assert!(!release(&locks, &Stored::Hash, "me", Giving::ONE).is_idempotent());
     }

@@ -33,7 +33,7 @@ local readers = redis.call('ZCOUNT', KEYS[5], '(' .. now, '+inf')
 local closed = nil
 if not owner and readers == 0 and (not first or first == ARGV[1]) then
   local fence
-  fence, closed = next_fence(KEYS[2], quarantine_at(5))
+  fence, closed = next_fence(KEYS[2], quarantine_at(ARGV, 5))
   if fence then
     -- `fair` tells the release to name the next in line.
     redis.call('HSET', KEYS[1], 'owner', ARGV[1], 'count', 1, 'fence', fence, 'fair', 1)

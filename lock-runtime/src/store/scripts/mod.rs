@@ -23,18 +23,30 @@ use crate::base::kind::Kind;
 
 pub(crate) use replies::{Acquired, Released, Taken, acquired, released, unexpected};
 
-/// One script in its two forms: release messages sent with PUBLISH, or with
-/// SPUBLISH (sharded pub/sub, for a Cluster).
+/// One script in its four forms: release messages sent with PUBLISH, or
+/// with SPUBLISH (sharded pub/sub, for a Cluster); run alone, or several
+/// calls of it as one (`batch.lua`, see [`crate::store::coalesce`]).
 pub(crate) struct ScriptPair {
     /// The script's file name, for messages.
     pub(crate) name: &'static str,
     plain: Script,
     sharded: Script,
+    plain_batch: Script,
+    sharded_batch: Script,
 }
 
 impl ScriptPair {
     pub(crate) fn get(&self, sharded: bool) -> &Script {
         if sharded { &self.sharded } else { &self.plain }
+    }
+
+    /// The form that runs several calls at once (see `batch.lua`).
+    pub(crate) fn batch(&self, sharded: bool) -> &Script {
+        if sharded {
+            &self.sharded_batch
+        } else {
+            &self.plain_batch
+        }
     }
 }
 
@@ -44,21 +56,33 @@ impl std::fmt::Debug for ScriptPair {
     }
 }
 
-/// A script with the shared helpers of `prelude.lua` in front of it.
+/// A script with the shared helpers of `prelude.lua` in front of it, its
+/// body a function of KEYS and ARGV (so that `batch.lua` can run it once
+/// per call of a batch), and what runs it after.
+macro_rules! script_text {
+    ($publish:literal, $file:literal, $run:expr) => {
+        concat!(
+            "local PUBLISH = '",
+            $publish,
+            "'\n",
+            include_str!("prelude.lua"),
+            "local function run(KEYS, ARGV)\n",
+            include_str!($file),
+            "\nend\n",
+            $run
+        )
+    };
+}
+
+/// A script in its four forms (see [`ScriptPair`]).
 macro_rules! script {
     ($file:literal) => {
         LazyLock::new(|| ScriptPair {
             name: $file,
-            plain: Script::new(concat!(
-                "local PUBLISH = 'PUBLISH'\n",
-                include_str!("prelude.lua"),
-                include_str!($file)
-            )),
-            sharded: Script::new(concat!(
-                "local PUBLISH = 'SPUBLISH'\n",
-                include_str!("prelude.lua"),
-                include_str!($file)
-            )),
+            plain: Script::new(script_text!("PUBLISH", $file, "return run(KEYS, ARGV)\n")),
+            sharded: Script::new(script_text!("SPUBLISH", $file, "return run(KEYS, ARGV)\n")),
+            plain_batch: Script::new(script_text!("PUBLISH", $file, include_str!("batch.lua"))),
+            sharded_batch: Script::new(script_text!("SPUBLISH", $file, include_str!("batch.lua"))),
         })
     };
 }
@@ -125,6 +149,11 @@ impl Call {
         self.script.name
     }
 
+    /// The first key, which decides where a Cluster routes the call.
+    pub(crate) fn first_key(&self) -> Option<&str> {
+        self.keys.first().map(String::as_str)
+    }
+
     /// The keys, in KEYS order.
     #[cfg(test)]
     pub(crate) fn keys(&self) -> &[String] {
@@ -148,6 +177,41 @@ impl Call {
         for key in self.keys.iter() {
             call.key(key);
         }
+        self.push_args(&mut call, quarantine);
+        call
+    }
+
+    /// One invocation that runs every call of `calls` (all of one script)
+    /// in order, each as it would run alone, and
+    /// replies with one reply per call (see `batch.lua`).
+    pub(crate) fn batch<'a>(
+        calls: impl ExactSizeIterator<Item = &'a Call> + Clone,
+        sharded: bool,
+        quarantine: &Quarantine,
+    ) -> Option<ScriptInvocation<'static>> {
+        let first = calls.clone().next()?;
+        let mut batch = first.script.batch(sharded).prepare_invoke();
+        batch.arg(calls.len());
+        for call in calls.clone() {
+            batch.arg(call.keys.len()).arg(call.arg_count());
+        }
+        for call in calls.clone() {
+            for key in call.keys.iter() {
+                batch.key(key);
+            }
+        }
+        for call in calls {
+            call.push_args(&mut batch, quarantine);
+        }
+        Some(batch)
+    }
+
+    /// How many arguments the script gets (with the quarantine's).
+    fn arg_count(&self) -> usize {
+        self.args.len() + if self.quarantined { 3 } else { 0 }
+    }
+
+    fn push_args(&self, call: &mut ScriptInvocation<'static>, quarantine: &Quarantine) {
         for arg in self.args.iter() {
             call.arg(arg);
         }
@@ -156,7 +220,6 @@ impl Call {
                 .arg(quarantine.length.as_millis() as u64)
                 .arg(if quarantine.strict { "1" } else { "0" });
         }
-        call
     }
 }
 
@@ -178,6 +241,11 @@ pub(crate) struct Giving {
     /// A lock hash that becomes free stays taken this much longer (zero:
     /// freed at once); see `LockRequest::hold_at_least`.
     pub(crate) keep: Duration,
+    /// The releasing client has waiters of its own for the locks: announce
+    /// a lock that becomes free even when no waiter marked it (a waiter
+    /// queued behind another of its client does not try, so does not mark
+    /// it; see `release.lua`).
+    pub(crate) announce: bool,
 }
 
 impl Giving {
@@ -185,11 +253,13 @@ impl Giving {
     pub(crate) const ONE: Giving = Giving {
         all: false,
         keep: Duration::ZERO,
+        announce: false,
     };
     /// Every level at once, freed at once.
     pub(crate) const ALL: Giving = Giving {
         all: true,
         keep: Duration::ZERO,
+        announce: false,
     };
 }
 

@@ -94,7 +94,7 @@ if taken + take > limit then
   local first = redis.call('ZRANGE', set, 0, 0, 'WITHSCORES')
   return {0, tonumber(first[2]) - now}
 end
-local fence, closed = next_fence(KEYS[3], quarantine_at(5))
+local fence, closed = next_fence(KEYS[3], quarantine_at(ARGV, 5))
 if not fence then
   return {0, closed}
 end

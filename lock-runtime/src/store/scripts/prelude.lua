@@ -46,9 +46,26 @@ local function server_info()
   return math.max(seconds - 1, 0) * 1000, string.match(info, 'run_id:(%x+)')
 end
 
+-- Whether the server has surely been up for at least `ms` at `now` (ms),
+-- without INFO, whose reply is long to build and to search: LASTSAVE is set
+-- to the start when the server starts, and only moves forward from there
+-- (at each save), so a LASTSAVE older than `ms` means an uptime of at least
+-- `ms`. It counts whole seconds, rounded down, hence one more second. A
+-- recent save says nothing, and INFO is asked (see next_fence). Answered
+-- once per script call (a call may take many locks).
+local settled = nil
+local function up_for_at_least(ms, now)
+  if settled == nil then
+    settled = now - redis.call('LASTSAVE') * 1000 - 1000 >= ms
+  end
+  return settled
+end
+
 local function next_fence(counter, q)
   local last = tonumber(redis.call('GET', counter) or '0') or 0
-  if q.ms > 0 then
+  local t = redis.call('TIME')
+  local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  if q.ms > 0 and not up_for_at_least(q.ms, math.floor(now_us / 1000)) then
     local uptime, run_id = server_info()
     if uptime < q.ms then
       local closed = q.ms - uptime
@@ -69,15 +86,16 @@ local function next_fence(counter, q)
       end
     end
   end
-  local t = redis.call('TIME')
-  local fence = math.max(last + 1, tonumber(t[1]) * 1000000 + tonumber(t[2]))
+  local fence = math.max(last + 1, now_us)
   redis.call('SET', counter, string.format('%d', fence))
   return fence
 end
 
--- The restart quarantine from three arguments starting at ARGV[i].
-local function quarantine_at(i)
-  return {seen = ARGV[i], ms = tonumber(ARGV[i + 1]), strict = ARGV[i + 2] == '1'}
+-- The restart quarantine from three arguments starting at `argv[i]` (a
+-- script's ARGV: scripts run as a function of their KEYS and ARGV, see
+-- mod.rs).
+local function quarantine_at(argv, i)
+  return {seen = argv[i], ms = tonumber(argv[i + 1]), strict = argv[i + 2] == '1'}
 end
 
 -- Makes `key` live at least `ttl` more milliseconds, never less than it has.

@@ -32,6 +32,10 @@ local function wait_for_turn(ttl)
 end
 local writer = redis.call('HGET', KEYS[1], 'owner')
 if writer and writer ~= ARGV[1] then
+  if tonumber(ARGV[3]) > 0 then
+    -- The caller waits: the writer's release must be announced (release.lua).
+    redis.call('HSET', KEYS[1], 'w', 1)
+  end
   return wait_for_turn(redis.call('PTTL', KEYS[1]))
 end
 -- Readers already in (re-entering) and the writer itself (downgrading) go
@@ -39,7 +43,7 @@ end
 if not writer and not holds_place(KEYS[2], ARGV[1]) and redis.call('EXISTS', KEYS[5]) == 1 then
   return wait_for_turn(redis.call('PTTL', KEYS[5]))
 end
-local taken = take_place(KEYS[2], KEYS[3], KEYS[4], ARGV[1], tonumber(ARGV[2]), nil, quarantine_at(4))
+local taken = take_place(KEYS[2], KEYS[3], KEYS[4], ARGV[1], tonumber(ARGV[2]), nil, quarantine_at(ARGV, 4))
 if taken[1] == 1 then
   -- The readers' turn has come.
   redis.call('DEL', KEYS[6])

@@ -1,6 +1,8 @@
 -- Give back one level of one or more locks, atomically, and wake waiters
 -- of each lock that becomes free: for a fair lock the first in line (the
--- message names it), otherwise any.
+-- message names it), otherwise any. A release is announced only when
+-- someone waits: a fair lock, a lock whose hash a waiter marked ("w", see
+-- acquire.lua), or when the caller says its own client has waiters.
 --
 -- KEYS[1..n]       the lock hashes, n = #KEYS / 4
 -- KEYS[n+1..2n]    their release channels
@@ -12,6 +14,9 @@
 -- ARGV[3]          ms a lock that becomes free stays taken (its holder asked
 --                  to hold it at least that long after taking it); 0: freed
 --                  at once
+-- ARGV[4]          "1" when the caller's client has waiters for these
+--                  locks (which wait behind one of them that tried, and
+--                  did not all mark them): announce each release
 --
 -- Returns, per lock, the remaining re-entry count (0: released and
 -- published), or -1 when the caller does not hold it (expired, or someone
@@ -19,7 +24,7 @@
 local n = #KEYS / 4
 local result = {}
 for i = 1, n do
-  local held = redis.call('HMGET', KEYS[i], 'owner', 'count', 'fair')
+  local held = redis.call('HMGET', KEYS[i], 'owner', 'count', 'fair', 'w')
   if held[1] ~= ARGV[1] then
     result[i] = -1
   else
@@ -41,7 +46,7 @@ for i = 1, n do
       redis.call('DEL', KEYS[i])
       if held[3] then
         redis.call(PUBLISH, KEYS[n + i], next_in_line(KEYS[2 * n + i], KEYS[3 * n + i]))
-      else
+      elseif held[4] or ARGV[4] == '1' then
         redis.call(PUBLISH, KEYS[n + i], 'released')
       end
     end

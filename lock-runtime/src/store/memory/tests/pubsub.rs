@@ -7,8 +7,9 @@ use std::time::Duration;
 
 use redis::{PushInfo, PushKind, Value};
 
-use super::{Inbox, acquire, bulk, int, keys, release};
+use super::{Inbox, acquire, bulk, int, keys, release, try_acquire};
 use crate::store::memory::MemoryServer;
+use crate::store::scripts::Quarantine;
 
 #[tokio::test]
 async fn release_publishes_to_the_lock_channel() {
@@ -19,8 +20,16 @@ async fn release_publishes_to_the_lock_channel() {
     let subscriber = server.subscriber(inbox.sink());
     subscriber.subscribe(&[&lock.channel]).unwrap();
 
+    // Nobody waits: the release is not announced.
+    acquire(&server, &lock, "a:1", lease).await;
+    release(&server, &lock, "a:1", false).await;
+    assert!(inbox.messages().is_empty(), "nobody waited");
+
+    // A caller that will wait finds the lock taken and marks it.
     acquire(&server, &lock, "a:1", lease).await;
     acquire(&server, &lock, "a:1", lease).await;
+    let busy = try_acquire(&server, &lock, "b:1", lease, lease, &Quarantine::none()).await;
+    assert_eq!(busy.unwrap()[0], 0);
     release(&server, &lock, "a:1", false).await;
     assert!(inbox.messages().is_empty(), "still held once");
     release(&server, &lock, "a:1", false).await;
