@@ -267,6 +267,8 @@ const ONLY_IN_SCRIPTS: &[&str] = &[
     "type",
     "get",
     "time",
+    "lastsave",
+    "info",
     "exists",
     "zadd",
     "zrem",

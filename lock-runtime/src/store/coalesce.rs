@@ -100,11 +100,17 @@ struct Waiter {
     reply: oneshot::Sender<Reply>,
 }
 
+/// How many calls of one lane may be on their way at once. One keeps the
+/// batches largest; two let a batch be built, sent and answered while the
+/// other is run by Redis, which the measurements in BENCHMARKS.md favour.
+const IN_FLIGHT: u8 = 2;
+
 #[derive(Default)]
 struct Queue {
     waiting: Vec<Waiter>,
-    /// A call of this lane is on its way: the waiting ones go when it is back.
-    sending: bool,
+    /// Calls of this lane on their way (at most [`IN_FLIGHT`]): when there
+    /// are as many as may be, the waiting ones go when one is back.
+    sending: u8,
 }
 
 /// The lanes of one connection.
@@ -135,7 +141,9 @@ impl Coalescer {
             let mut lanes = self.lanes();
             let queue = lanes.entry(lane).or_default();
             queue.waiting.push(Waiter { call, undo, reply });
-            !std::mem::replace(&mut queue.sending, true)
+            let send = queue.sending < IN_FLIGHT;
+            queue.sending += u8::from(send);
+            send
         };
         if send {
             let (coalescer, transport) = (self.clone(), transport.clone());
@@ -162,32 +170,41 @@ impl Coalescer {
         }
     }
 
-    /// The calls waiting in `lane` whose callers are still there, to send
-    /// now; `None` (and the lane idle) when there are none.
+    /// The calls waiting in `lane` whose callers are still there, for a
+    /// sender to send now; `None` when there are none, and the sender stops.
     fn take(&self, lane: Lane) -> Option<Vec<Waiter>> {
         let mut lanes = self.lanes();
         let queue = lanes.get_mut(&lane)?;
         queue.waiting.retain(|waiter| !waiter.reply.is_closed());
         if queue.waiting.is_empty() {
-            queue.sending = false;
-            lanes.remove(&lane);
+            stop_sending(&mut lanes, lane);
             return None;
         }
         Some(std::mem::take(&mut queue.waiting))
     }
 
-    /// After a call came back: whether calls are waiting in `lane` (which
-    /// stays busy for them), or it is idle now.
+    /// After a sender's call came back: whether calls are waiting in `lane`
+    /// (and the sender goes on), or the sender stops.
     fn take_turn(&self, lane: Lane) -> bool {
         let mut lanes = self.lanes();
-        let Some(queue) = lanes.get_mut(&lane) else {
-            return false;
-        };
-        if queue.waiting.is_empty() {
-            lanes.remove(&lane);
-            return false;
+        match lanes.get(&lane) {
+            Some(queue) if !queue.waiting.is_empty() => true,
+            Some(_) => {
+                stop_sending(&mut lanes, lane);
+                false
+            }
+            None => false,
         }
-        true
+    }
+}
+
+/// One sender of `lane` stops; an idle lane is forgotten.
+fn stop_sending(lanes: &mut HashMap<Lane, Queue>, lane: Lane) {
+    if let Some(queue) = lanes.get_mut(&lane) {
+        queue.sending = queue.sending.saturating_sub(1);
+        if queue.sending == 0 && queue.waiting.is_empty() {
+            lanes.remove(&lane);
+        }
     }
 }
 

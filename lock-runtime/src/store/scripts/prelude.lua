@@ -40,10 +40,17 @@ end
 -- counts whole seconds from the whole second the server started in, so it
 -- reads 1 as soon as the next second begins, maybe a few milliseconds after
 -- the start. The quarantine may last up to a second longer; never shorter.
+--
+-- Read once per script call (a call may take many locks, see batch.lua).
+local info_uptime, info_run_id = nil, nil
 local function server_info()
-  local info = redis.call('INFO', 'server')
-  local seconds = tonumber(string.match(info, 'uptime_in_seconds:(%d+)'))
-  return math.max(seconds - 1, 0) * 1000, string.match(info, 'run_id:(%x+)')
+  if not info_uptime then
+    local info = redis.call('INFO', 'server')
+    local seconds = tonumber(string.match(info, 'uptime_in_seconds:(%d+)'))
+    info_uptime = math.max(seconds - 1, 0) * 1000
+    info_run_id = string.match(info, 'run_id:(%x+)')
+  end
+  return info_uptime, info_run_id
 end
 
 -- Whether the server has surely been up for at least `ms` at `now` (ms),

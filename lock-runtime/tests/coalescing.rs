@@ -1,0 +1,185 @@
+//! Acquisitions and releases of one client that are ready at the same
+//! moment go to Redis as one script call, each still granted, refused or
+//! failed on its own; a grant to a caller that is gone is given back; the
+//! hot path asks Redis nothing it does not need (no INFO once the server has
+//! been up longer than the restart quarantine, no PUBLISH when nobody waits).
+//! The server is paused (SIGSTOP) to hold calls back until they pile up.
+
+mod common;
+
+use std::collections::HashSet;
+use std::time::Duration;
+
+use common::{builder, connect};
+use lock_runtime::LockError;
+use lock_testkit::{RedisServer, unique_key};
+
+/// How many times Redis ran `command` since the last `CONFIG RESETSTAT`,
+/// not counting refusals (the NOSCRIPT that makes redis-rs load a script on
+/// first use).
+fn calls(server: &RedisServer, command: &str) -> u64 {
+    let stats = server.cli(&["INFO", "commandstats"]);
+    let prefix = format!("cmdstat_{command}:");
+    let Some(fields) = stats
+        .lines()
+        .find_map(|line| line.strip_prefix(prefix.as_str()))
+    else {
+        return 0;
+    };
+    let field = |name: &str| -> u64 {
+        fields
+            .split(',')
+            .find_map(|field| field.strip_prefix(name)?.strip_prefix('='))
+            .map_or(0, |n| n.parse().expect("a number"))
+    };
+    field("calls") - field("rejected_calls") - field("failed_calls")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acquisitions_ready_together_go_as_one_script_call() {
+    let server = RedisServer::start();
+    let locks = connect(builder(&server).command_timeout(Duration::from_secs(5))).await;
+    let prefix = unique_key("together");
+    server.cli(&["CONFIG", "RESETSTAT"]);
+
+    // Paused: the first calls wait for an answer, the rest pile up behind.
+    server.pause();
+    let tasks: Vec<_> = (0..64)
+        .map(|i| {
+            let locks = locks.clone();
+            let name = format!("{prefix}:{i}");
+            tokio::spawn(async move { locks.lock(name).wait(Duration::ZERO).acquire().await })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    server.resume();
+
+    let mut guards = Vec::new();
+    for task in tasks {
+        guards.push(task.await.expect("task").expect("each lock granted"));
+    }
+    let fences: HashSet<u64> = guards.iter().map(|guard| guard.fence()).collect();
+    assert_eq!(fences.len(), 64, "every holder has a token of its own");
+    let acquire_calls = calls(&server, "evalsha");
+    assert!(
+        acquire_calls <= 4,
+        "64 acquisitions ready together took {acquire_calls} script calls"
+    );
+
+    server.pause();
+    let releases: Vec<_> = guards
+        .into_iter()
+        .map(|guard| tokio::spawn(guard.release()))
+        .collect();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    server.resume();
+    for release in releases {
+        release.await.expect("task").expect("each lock released");
+    }
+    let release_calls = calls(&server, "evalsha") - acquire_calls;
+    assert!(
+        release_calls <= 4,
+        "64 releases ready together took {release_calls} script calls"
+    );
+    let pattern = format!("{}*", common::lock_key(&prefix).trim_end_matches('}'));
+    assert_eq!(server.cli(&["KEYS", &pattern]), "", "every lock is free");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_that_fails_in_a_batch_fails_alone() {
+    let server = RedisServer::start();
+    let locks = connect(builder(&server).command_timeout(Duration::from_secs(5))).await;
+    let prefix = unique_key("alone");
+    // The lock key of one name holds a string: its acquisition fails.
+    let broken = format!("{prefix}:3");
+    server.cli(&["SET", &common::lock_key(&broken), "not a lock"]);
+
+    server.pause();
+    let tasks: Vec<_> = (0..8)
+        .map(|i| {
+            let locks = locks.clone();
+            let name = format!("{prefix}:{i}");
+            tokio::spawn(async move { locks.lock(name).wait(Duration::ZERO).acquire().await })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    server.resume();
+
+    for (i, task) in tasks.into_iter().enumerate() {
+        let outcome = task.await.expect("task");
+        if i == 3 {
+            let err = outcome.expect_err("the key holds a string");
+            assert!(matches!(err, LockError::WrongType { .. }), "{err}");
+            assert_eq!(err.key(), Some(broken.as_str()));
+        } else {
+            outcome.expect("the other locks are granted");
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_grant_to_a_dropped_acquisition_is_given_back() {
+    let server = RedisServer::start();
+    let locks = connect(builder(&server).command_timeout(Duration::from_secs(5))).await;
+    let name = unique_key("dropped");
+
+    // The acquire script is sent, and its caller gives up before Redis
+    // runs it.
+    server.pause();
+    let gave_up = tokio::time::timeout(
+        Duration::from_millis(200),
+        locks.lock(name.as_str()).wait(Duration::ZERO).acquire(),
+    )
+    .await;
+    assert!(gave_up.is_err(), "the server is paused");
+    server.resume();
+
+    // Redis grants it to an owner no guard has; the client gives it back,
+    // long before its 30 s lease would run out.
+    let key = common::lock_key(&name);
+    let freed = async {
+        while server.cli(&["EXISTS", &key]) != "0" {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    };
+    // The grant and the give-back come too close together to see the lock
+    // taken in between; the fencing counter it created shows it was run.
+    let ran = async {
+        while server.cli(&["KEYS", "lock:fence:*"]).is_empty() {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(3), ran)
+        .await
+        .expect("Redis ran the acquisition once resumed");
+    tokio::time::timeout(Duration::from_secs(3), freed)
+        .await
+        .expect("the orphaned grant is given back");
+    let guard = locks
+        .lock(name.as_str())
+        .wait(Duration::ZERO)
+        .acquire()
+        .await
+        .expect("free again");
+    guard.release().await.expect("release");
+}
+
+#[tokio::test]
+async fn the_hot_path_asks_nothing_it_does_not_need() {
+    let server = RedisServer::start();
+    let quarantine = Duration::from_secs(1);
+    let locks = connect(builder(&server).restart_quarantine(quarantine)).await;
+    let name = unique_key("lean");
+    // LASTSAVE counts whole seconds from the start: past the quarantine
+    // and one more second, the server has surely been up long enough.
+    tokio::time::sleep(quarantine + Duration::from_millis(2100)).await;
+    server.cli(&["CONFIG", "RESETSTAT"]);
+
+    let guard = locks.lock(name.as_str()).acquire().await.expect("acquire");
+    guard.release().await.expect("release");
+
+    // First: reading the stats is an INFO too.
+    assert_eq!(calls(&server, "info"), 0, "the uptime comes from LASTSAVE");
+    assert_eq!(calls(&server, "evalsha"), 2, "one call each way");
+    assert_eq!(calls(&server, "publish"), 0, "nobody waited");
+}
