@@ -380,7 +380,7 @@ impl LockClient {
         let subscription = self
             .inner
             .wakeups
-            .watch([keys.channel.as_str()], Wake::Every);
+            .watch([keys.channel().as_str()], Wake::Every);
         // Subscribed before the first read, so that no release between the
         // two goes unseen; without a subscription, polling still works.
         let limit = self.inner.config.command_timeout * 2;

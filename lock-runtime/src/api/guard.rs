@@ -38,8 +38,9 @@ pub struct LockGuard {
     client: LockClient,
     /// The locks held, in canonical order; one unless taken with `lock_all`.
     held: Vec<Arc<Held>>,
-    /// Cancelled when any of the locks is lost.
-    lost: CancellationToken,
+    /// For several locks: cancelled when any of them is lost (one lock has
+    /// its own token, see `Held::lost_token`).
+    group: Option<CancellationToken>,
     /// Set once the locks have been given back (or handed to `release`).
     done: bool,
     /// The lock's span, and what it records at the end.
@@ -61,20 +62,20 @@ impl fmt::Debug for LockGuard {
 impl LockGuard {
     /// A guard over `held`, which is never empty.
     pub(crate) fn new(client: LockClient, held: Vec<Arc<Held>>, telemetry: Hold) -> Self {
-        let lost = match held.as_slice() {
-            [one] => one.lost_token().clone(),
+        let group = match held.as_slice() {
+            [_] => None,
             many => {
                 let group = CancellationToken::new();
                 for held in many {
                     held.join_group(&group);
                 }
-                group
+                Some(group)
             }
         };
         LockGuard {
             client,
             held,
-            lost,
+            group,
             done: false,
             telemetry,
             keep_until: None,
@@ -221,17 +222,18 @@ impl LockGuard {
     /// for the watchdog: a process that was frozen (a blocking call, a paused
     /// VM) learns it at its first await after thawing.
     pub async fn lost(&self) {
+        let lost = self.lost_token();
         loop {
             // Read the clock first: after a freeze the timer driver's idea
             // of now lags, and a sleep would wait for it.
             let deadline = self.deadline();
-            if self.lost.is_cancelled() || Instant::now() >= deadline {
+            if lost.is_cancelled() || Instant::now() >= deadline {
                 return;
             }
             // On waking, look again: a confirmed renewal may have moved the
             // deadline since.
             tokio::select! {
-                _ = self.lost.cancelled() => return,
+                _ = lost.cancelled() => return,
                 _ = tokio::time::sleep_until(deadline) => {}
             }
         }
@@ -251,7 +253,14 @@ impl LockGuard {
 
     /// Whether the lock (any of the locks) has been lost; see [`lost`](LockGuard::lost).
     pub fn is_lost(&self) -> bool {
-        self.lost.is_cancelled() || Instant::now() >= self.deadline()
+        self.held.iter().any(|held| held.is_lost()) || Instant::now() >= self.deadline()
+    }
+
+    /// Cancelled when any of the locks is lost.
+    fn lost_token(&self) -> &CancellationToken {
+        self.group
+            .as_ref()
+            .unwrap_or_else(|| self.first().lost_token())
     }
 
     /// Runs `fut` as this lock's critical section.
@@ -444,7 +453,7 @@ async fn give_back(
     let (owner, stored) = (&held[0].owner, &held[0].stored);
     let announce = keys
         .iter()
-        .any(|lock| inner.wakeups.has_live_waiters(&lock.channel));
+        .any(|lock| inner.wakeups.has_live_waiters(&lock.channel()));
     let giving = Giving {
         all: whole,
         keep,

@@ -357,7 +357,7 @@ impl LockRequest {
             && scoped.is_none()
             && self.kind == Kind::Exclusive
             && keys.len() == 1
-            && inner.wakeups.has_live_waiters(&keys[0].channel);
+            && inner.wakeups.has_live_waiters(&keys[0].channel());
         if !behind {
             match self.attempt(&keys, &owner, deadline, span).await {
                 Ok(Outcome::Taken(guard)) => {
@@ -392,9 +392,10 @@ impl LockRequest {
             _ if keys.len() > 1 => Wake::Every,
             _ => Wake::One,
         };
+        let channels: Vec<String> = keys.iter().map(LockKeys::channel).collect();
         let watch = inner
             .wakeups
-            .watch(keys.iter().map(|lock| lock.channel.as_str()), wake);
+            .watch(channels.iter().map(String::as_str), wake);
         // The first attempt put a fair waiter in line; it leaves the line if
         // it stops waiting without the lock.
         let mut in_line = (self.kind == Kind::Fair)

@@ -69,7 +69,8 @@
 //! rejecting the holders from before the loss. This assumes the server's
 //! clock does not step back.
 
-use std::sync::OnceLock;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, OnceLock};
 
 /// Number of hash slots in Redis Cluster.
 const SLOTS: usize = 16_384;
@@ -79,23 +80,46 @@ const SLOTS: usize = 16_384;
 pub(crate) struct LockKeys {
     /// The hash holding owner, count and fence.
     pub(crate) lock: String,
-    /// The channel a release is published on.
-    pub(crate) channel: String,
-    /// The fencing counter of the lock's slot.
-    pub(crate) fence: String,
+    /// The fencing counter of the lock's slot, shared by every lock of the
+    /// slot (see [`fence_key`]).
+    pub(crate) fence: Arc<str>,
 }
 
 impl LockKeys {
     /// The keys for the lock `name` under `prefix`.
     pub(crate) fn new(prefix: &str, name: &str) -> LockKeys {
         let lock = lock_key(prefix, name);
-        let tag = slot_tag(slot(&lock));
         LockKeys {
-            channel: format!("{lock}:released"),
-            fence: format!("{prefix}fence:{{{tag}}}"),
+            fence: fence_key(prefix, slot(&lock)),
             lock,
         }
     }
+
+    /// The channel a release is published on. Made when needed rather
+    /// than kept: a client holding many locks keeps their keys.
+    pub(crate) fn channel(&self) -> String {
+        format!("{}:released", self.lock)
+    }
+}
+
+/// The fencing counter of `slot` under `prefix`: `PREFIXfence:{T}`, where
+/// the tag `T` hashes to the slot. One copy per slot and prefix for the
+/// whole process, which every [`LockKeys`] of the slot shares: a client
+/// holding many locks would otherwise keep a copy per lock.
+fn fence_key(prefix: &str, slot: u16) -> Arc<str> {
+    type Counters = HashMap<String, Vec<Option<Arc<str>>>>;
+    static COUNTERS: OnceLock<Mutex<Counters>> = OnceLock::new();
+    let mut counters = COUNTERS
+        .get_or_init(Mutex::default)
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    if !counters.contains_key(prefix) {
+        counters.insert(prefix.to_owned(), vec![None; SLOTS]);
+    }
+    let by_slot = counters.get_mut(prefix).expect("inserted above");
+    by_slot[slot as usize]
+        .get_or_insert_with(|| format!("{prefix}fence:{{{}}}", slot_tag(slot)).into())
+        .clone()
 }
 
 /// The suffixes [`LockKeys`] appends to the lock key for its companion keys
@@ -289,9 +313,9 @@ mod tests {
     fn plain_names_are_wrapped_in_a_hash_tag() {
         let keys = LockKeys::new("lock:", "order:42");
         assert_eq!(keys.lock, "lock:{order:42}");
-        assert_eq!(keys.channel, "lock:{order:42}:released");
+        assert_eq!(keys.channel(), "lock:{order:42}:released");
         assert_eq!(slot(&keys.lock), slot("order:42"));
-        assert_eq!(slot(&keys.channel), slot(&keys.lock));
+        assert_eq!(slot(&keys.channel()), slot(&keys.lock));
         assert_eq!(slot(&keys.fence), slot(&keys.lock));
     }
 
@@ -301,7 +325,7 @@ mod tests {
         assert_eq!(keys.lock, "lock:{tenant:7}{:order:42}");
         assert_eq!(slot(&keys.lock), slot("tenant:7"));
         assert_eq!(slot(&keys.lock), slot("{tenant:7}:order:42"));
-        assert_eq!(slot(&keys.channel), slot(&keys.lock));
+        assert_eq!(slot(&keys.channel()), slot(&keys.lock));
         assert_eq!(slot(&keys.fence), slot(&keys.lock));
         for name in TRICKY.iter().copied().filter(|n| hash_tag(n).is_some()) {
             let lock = LockKeys::new("lock:", name).lock;
@@ -390,8 +414,8 @@ mod tests {
         for key in [
             keys.holders(),
             keys.queue_alive(),
-            keys.channel.clone(),
-            keys.fence.clone(),
+            keys.channel(),
+            keys.fence.to_string(),
             format!("{}:born", keys.fence),
             LockKeys::new("lock:", "x").holders(),
             "lock:order:42".into(),
@@ -415,7 +439,7 @@ mod tests {
             .iter()
             .map(|suffix| format!("{}{suffix}", keys.lock))
             .collect();
-        all.extend([keys.lock.clone(), keys.channel.clone()]);
+        all.extend([keys.lock.clone(), keys.channel()]);
         all
     }
 
@@ -438,7 +462,7 @@ mod tests {
         made.sort();
         listed.sort();
         assert_eq!(made, listed);
-        assert!(keys.channel.ends_with(":released"));
+        assert!(keys.channel().ends_with(":released"));
         for suffix in COMPANIONS.iter().chain([&":released"]) {
             assert!(!suffix.contains(['{', '}']), "{suffix}");
         }
@@ -485,7 +509,7 @@ mod tests {
                 lock_name("lock:", &keys.lock).as_deref(),
                 Some(name.as_str())
             );
-            fences.insert(keys.fence.clone());
+            fences.insert(keys.fence.to_string());
             fences.insert(format!("{}:born", keys.fence));
         }
         for fence in &fences {
@@ -503,7 +527,11 @@ mod tests {
     #[test]
     fn fence_counters_are_bounded_by_the_slot_count() {
         let counters: std::collections::HashSet<String> = (0..50_000)
-            .map(|id| LockKeys::new("lock:", &format!("order:{id}")).fence)
+            .map(|id| {
+                LockKeys::new("lock:", &format!("order:{id}"))
+                    .fence
+                    .to_string()
+            })
             .collect();
         assert!(counters.len() <= SLOTS);
     }

@@ -597,7 +597,7 @@ async fn on_quorum(nodes: &[Node], attempt: &Attempt<'_>) -> Result<Acquired, Lo
     let counters: Vec<(&str, u64)> = keys
         .iter()
         .zip(&merged)
-        .map(|(keys, taken)| (keys.fence.as_str(), taken.fence))
+        .map(|(keys, taken)| (&*keys.fence, taken.fence))
         .collect();
     let raise = calls::fence_raise(&counters);
     let raised = futures_util::future::join_all(

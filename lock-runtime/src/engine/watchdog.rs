@@ -8,10 +8,11 @@
 //! without a confirmed renewal (Redis paused, unreachable, or slow), the lock
 //! is declared lost right then, before Redis could hand it to someone else.
 
-use std::collections::HashMap;
+use std::hash::{BuildHasher, RandomState};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
+use hashbrown::hash_table::{Entry, HashTable};
 use tokio::sync::Notify;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -42,7 +43,9 @@ pub(crate) struct Held {
     /// Replicas that must confirm each renewal (from the first acquisition).
     replicas: Option<Replicas>,
     state: Mutex<Timing>,
-    lost: CancellationToken,
+    /// Cancelled when the lock is lost (made on first use, see
+    /// `lost_token`).
+    lost: OnceLock<CancellationToken>,
     reason: OnceLock<LossReason>,
     /// Tokens of multi-lock guards that include this lock: losing any of
     /// their locks loses them all.
@@ -110,9 +113,23 @@ const FIXED_CHECK: Duration = Duration::from_millis(1);
 const NEVER: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
 
 impl Held {
-    /// A token cancelled when the lock is lost.
+    /// Whether this is the item `key` held by `owner`.
+    fn is(&self, key: &str, owner: &str) -> bool {
+        renewed_key(&self.keys, &self.stored) == key && &*self.owner == owner
+    }
+
+    /// A token cancelled when the lock is lost. Made on first use: most
+    /// holders never wait for a loss, and a token is a sizeable allocation
+    /// for a client holding many locks.
     pub(crate) fn lost_token(&self) -> &CancellationToken {
-        &self.lost
+        // Under the groups' lock, as in `declare_lost`: whichever comes
+        // second sees what the other did.
+        let _groups = self.groups();
+        let token = self.lost.get_or_init(CancellationToken::new);
+        if self.is_lost() {
+            token.cancel();
+        }
+        token
     }
 
     /// Why the lock was lost, once it was.
@@ -121,7 +138,7 @@ impl Held {
     }
 
     pub(crate) fn is_lost(&self) -> bool {
-        self.lost.is_cancelled()
+        self.reason.get().is_some()
     }
 
     /// Whether the watchdog renews it (not a fixed lease).
@@ -144,8 +161,11 @@ impl Held {
         if self.reason.set(reason).is_ok() {
             tracing::warn!(parent: self.tracked.span(), key = %self.name, fence = self.fence, %reason, "lock lost");
             self.tracked.lost(reason);
-            self.lost.cancel();
-            for group in self.groups().iter() {
+            let groups = self.groups();
+            if let Some(token) = self.lost.get() {
+                token.cancel();
+            }
+            for group in groups.iter() {
                 group.cancel();
             }
         }
@@ -167,17 +187,21 @@ impl Held {
 
 /// The key whose expiry renewal extends; with the owner, it tells held
 /// items apart (a writer that also reads holds two).
-fn renewed_key(keys: &LockKeys, stored: &Stored) -> String {
+fn renewed_key<'a>(keys: &'a LockKeys, stored: &'a Stored) -> &'a str {
     match stored {
-        Stored::Hash => keys.lock.clone(),
-        Stored::Place { set, .. } => set.clone(),
+        Stored::Hash => &keys.lock,
+        Stored::Place(place) => &place.set,
     }
 }
 
 /// Held items by (renewed key, owner id), and when the watchdog wakes next.
-#[derive(Debug, Default)]
+#[derive(Default)]
 struct Entries {
-    map: HashMap<(String, Arc<str>), Arc<Held>>,
+    /// The held items themselves, found by their (renewed key, owner id):
+    /// a table of pointers, rather than a map that would keep a copy of
+    /// both strings beside each (a client may hold a great many locks).
+    map: HashTable<Arc<Held>>,
+    hasher: RandomState,
     /// The watchdog's next wake-up (`None`: asleep until told). A new lock
     /// wakes it only if it falls due earlier, so that taking many locks does
     /// not cost a sweep over all of them each.
@@ -208,6 +232,59 @@ pub(crate) struct Acquisition<'a> {
     pub(crate) tracked: Tracked,
 }
 
+impl std::fmt::Debug for Entries {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Entries")
+            .field("held", &self.map.len())
+            .field("next_wake", &self.next_wake)
+            .finish()
+    }
+}
+
+impl Entries {
+    fn hash(&self, key: &str, owner: &str) -> u64 {
+        self.hasher.hash_one((key, owner))
+    }
+
+    /// The item `key` held by `owner`.
+    fn get(&self, key: &str, owner: &str) -> Option<&Arc<Held>> {
+        self.map
+            .find(self.hash(key, owner), |held| held.is(key, owner))
+    }
+
+    /// Puts `held` in, in place of the item of the same key and owner,
+    /// which it returns.
+    fn insert(&mut self, held: Arc<Held>) -> Option<Arc<Held>> {
+        let (key, owner) = (renewed_key(&held.keys, &held.stored), &*held.owner);
+        let hash = self.hash(key, owner);
+        let hasher = &self.hasher;
+        match self.map.entry(
+            hash,
+            |other| other.is(key, owner),
+            |other| hasher.hash_one((renewed_key(&other.keys, &other.stored), &*other.owner)),
+        ) {
+            Entry::Occupied(mut entry) => Some(std::mem::replace(entry.get_mut(), held)),
+            Entry::Vacant(entry) => {
+                entry.insert(held);
+                None
+            }
+        }
+    }
+
+    /// Takes `held` out, if it is the one in the table for its key and owner.
+    fn remove(&mut self, held: &Arc<Held>) -> bool {
+        let (key, owner) = (renewed_key(&held.keys, &held.stored), &*held.owner);
+        let hash = self.hash(key, owner);
+        match self.map.find_entry(hash, |other| Arc::ptr_eq(other, held)) {
+            Ok(entry) => {
+                entry.remove();
+                true
+            }
+            Err(_) => false,
+        }
+    }
+}
+
 impl Registry {
     fn entries(&self) -> std::sync::MutexGuard<'_, Entries> {
         // The map is only ever inserted into and removed from; a panic
@@ -217,12 +294,12 @@ impl Registry {
 
     /// Starts renewing a lock, or adds a guard to one this owner holds already.
     pub(crate) fn hold(&self, acquired: Acquisition<'_>) -> Arc<Held> {
-        let id = (
-            renewed_key(acquired.keys, acquired.stored),
-            acquired.owner.clone(),
-        );
+        let key = renewed_key(acquired.keys, acquired.stored);
         let mut entries = self.entries();
-        if let Some(held) = entries.map.get(&id).filter(|held| !held.is_lost()) {
+        if let Some(held) = entries
+            .get(key, acquired.owner)
+            .filter(|held| !held.is_lost())
+        {
             let mut timing = held.timing();
             timing.guards += 1;
             timing.lease = timing.lease.max(acquired.lease);
@@ -248,7 +325,7 @@ impl Registry {
                 guards: 1,
                 renewed: acquired.renewed,
             }),
-            lost: CancellationToken::new(),
+            lost: OnceLock::new(),
             reason: OnceLock::new(),
             groups: Mutex::new(Vec::new()),
             tracked: acquired.tracked,
@@ -258,7 +335,7 @@ impl Registry {
             timing.renew_at = timing.next_renewal(acquired.sent);
             timing.renew_at.min(timing.valid_until)
         };
-        if let Some(replaced) = entries.map.insert(id, held.clone()) {
+        if let Some(replaced) = entries.insert(held.clone()) {
             replaced.tracked.unheld();
         }
         held.tracked.held();
@@ -277,9 +354,8 @@ impl Registry {
         stored: &Stored,
         owner: &Arc<str>,
     ) -> Option<bool> {
-        let id = (renewed_key(keys, stored), owner.clone());
         let entries = self.entries();
-        let held = entries.map.get(&id)?;
+        let held = entries.get(renewed_key(keys, stored), owner)?;
         Some(held.timing().renewed)
     }
 
@@ -291,25 +367,17 @@ impl Registry {
             timing.guards = timing.guards.saturating_sub(1);
             timing.guards == 0
         };
-        if last {
-            let id = (renewed_key(&held.keys, &held.stored), held.owner.clone());
-            if entries.map.get(&id).is_some_and(|h| Arc::ptr_eq(h, held)) {
-                entries.map.remove(&id);
-                held.tracked.unheld();
-            }
+        if last && entries.remove(held) {
+            held.tracked.unheld();
         }
         last
     }
 
     /// Marks a lock lost and stops renewing it.
     pub(crate) fn lose(&self, held: &Arc<Held>, reason: LossReason) {
-        let id = (renewed_key(&held.keys, &held.stored), held.owner.clone());
-        let mut entries = self.entries();
-        if entries.map.get(&id).is_some_and(|h| Arc::ptr_eq(h, held)) {
-            entries.map.remove(&id);
+        if self.entries().remove(held) {
             held.tracked.unheld();
         }
-        drop(entries);
         held.declare_lost(reason);
     }
 
@@ -317,7 +385,7 @@ impl Registry {
     /// Redis dropped, and a restarted server may have lost the locks.
     pub(crate) fn check_now(&self) {
         let now = Instant::now();
-        for held in self.entries().map.values() {
+        for held in self.entries().map.iter() {
             held.timing().renew_at = now;
         }
         self.changed.notify_one();
@@ -336,7 +404,7 @@ impl Registry {
         let mut due = Vec::new();
         let mut next: Option<Instant> = None;
         let mut entries = self.entries();
-        entries.map.retain(|_, held| {
+        entries.map.retain(|held| {
             let mut timing = held.timing();
             if now + DECLARE_EARLY >= timing.valid_until {
                 held.tracked.unheld();

@@ -5,7 +5,8 @@ use std::time::Duration;
 
 use super::{
     ACQUIRE, Call, FAIR_ACQUIRE, FAIR_LEAVE, FENCE_RAISE, FORCE_RELEASE, Giving, INSPECT,
-    PERMIT_ACQUIRE, PLACE_RELEASE, READ_ACQUIRE, RELEASE, RENEW, Renewing, Stored, TURN_LEAVE,
+    PERMIT_ACQUIRE, PLACE_RELEASE, Place, READ_ACQUIRE, RELEASE, RENEW, Renewing, Stored,
+    TURN_LEAVE,
 };
 use crate::base::keys::LockKeys;
 use crate::base::kind::Permits;
@@ -36,7 +37,7 @@ pub(crate) fn acquire(locks: &[LockKeys], owner: &str, lease: Duration, mark: Du
         locks,
         &[
             |l| l.lock.clone(),
-            |l| l.fence.clone(),
+            |l| l.fence.to_string(),
             LockKeys::readers,
             LockKeys::writer_waiting,
             LockKeys::readers_waiting,
@@ -60,7 +61,7 @@ pub(crate) fn permit_acquire(
     permits: impl Into<Permits>,
 ) -> Call {
     let Permits { limit, take } = permits.into();
-    let keys = vec![lock.lock.clone(), lock.holders(), lock.fence.clone()];
+    let keys = vec![lock.lock.clone(), lock.holders(), lock.fence.to_string()];
     let args = vec![
         owner.to_owned(),
         millis(lease),
@@ -78,7 +79,7 @@ pub(crate) fn read_acquire(lock: &LockKeys, owner: &str, lease: Duration, mark: 
         lock.lock.clone(),
         lock.readers(),
         lock.readers_holders(),
-        lock.fence.clone(),
+        lock.fence.to_string(),
         lock.writer_waiting(),
         lock.readers_waiting(),
     ];
@@ -102,7 +103,7 @@ pub(crate) fn fair_acquire(
 ) -> Call {
     let keys = vec![
         lock.lock.clone(),
-        lock.fence.clone(),
+        lock.fence.to_string(),
         lock.queue(),
         lock.queue_alive(),
         lock.readers(),
@@ -129,7 +130,7 @@ pub(crate) fn release(locks: &[LockKeys], stored: &Stored, owner: &str, giving: 
                 locks,
                 &[
                     |l| l.lock.clone(),
-                    |l| l.channel.clone(),
+                    LockKeys::channel,
                     LockKeys::queue,
                     LockKeys::queue_alive,
                 ],
@@ -137,14 +138,15 @@ pub(crate) fn release(locks: &[LockKeys], stored: &Stored, owner: &str, giving: 
             args.extend([giving.keep.as_millis().to_string(), flag(giving.announce)]);
             Call::new(&RELEASE, keys, args)
         }
-        Stored::Place {
-            set,
-            holders,
-            queued,
-            ..
-        } => {
+        Stored::Place(place) => {
+            let Place {
+                set,
+                holders,
+                queued,
+                ..
+            } = &**place;
             let lock = &locks[0];
-            let mut keys = vec![set.clone(), holders.clone(), lock.channel.clone()];
+            let mut keys = vec![set.clone(), holders.clone(), lock.channel()];
             if *queued {
                 // A read lock: name the first fair waiter in line.
                 keys.extend([lock.queue(), lock.queue_alive()]);
@@ -165,8 +167,8 @@ pub(crate) fn renew(items: &[Renewing<'_>]) -> Call {
                 keys.extend([item.key.to_owned(), item.key.to_owned()]);
                 "x"
             }
-            Stored::Place { set, holders, .. } => {
-                keys.extend([set.clone(), holders.clone()]);
+            Stored::Place(place) => {
+                keys.extend([place.set.clone(), place.holders.clone()]);
                 "z"
             }
         };
@@ -191,7 +193,7 @@ pub(crate) fn fair_leave(lock: &LockKeys, owner: &str) -> Call {
         lock.queue(),
         lock.queue_alive(),
         lock.lock.clone(),
-        lock.channel.clone(),
+        lock.channel(),
     ];
     Call::new(&FAIR_LEAVE, keys, vec![owner.to_owned()]).idempotent(true)
 }
@@ -203,7 +205,7 @@ pub(crate) fn turn_leave(locks: &[LockKeys], owner: &str) -> Call {
     let keys = by_role(
         locks,
         &[LockKeys::writer_waiting, LockKeys::readers_waiting, |l| {
-            l.channel.clone()
+            l.channel()
         }],
     );
     Call::new(&TURN_LEAVE, keys, vec![owner.to_owned()]).idempotent(true)
@@ -218,7 +220,7 @@ fn every_key(lock: &LockKeys) -> Vec<String> {
         lock.readers_holders(),
         lock.queue(),
         lock.queue_alive(),
-        lock.channel.clone(),
+        lock.channel(),
     ]
 }
 

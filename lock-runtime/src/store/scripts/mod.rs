@@ -268,19 +268,24 @@ impl Giving {
 pub(crate) enum Stored {
     /// A lock hash whose `owner` field names the holder.
     Hash,
-    /// A place in a sorted set scored by lease expiry, with a companion
-    /// hash of re-entry counts and tokens (a semaphore's permits, a
-    /// read-write lock's readers).
-    /// `queued`: the lock has a line of fair waiters to name the next of
-    /// at a release (read locks); `limit`: how many may hold places at
-    /// once (a semaphore's permits; 0 for readers, who have no limit of
-    /// their own).
-    Place {
-        set: String,
-        holders: String,
-        queued: bool,
-        limit: u32,
-    },
+    /// A place in a sorted set (boxed: a client holding many locks keeps
+    /// one `Stored` per lock, most of them hashes).
+    Place(Box<Place>),
+}
+
+/// A place in a sorted set scored by lease expiry, with a companion hash
+/// of re-entry counts and tokens (a semaphore's permits, a read-write
+/// lock's readers).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Place {
+    pub(crate) set: String,
+    pub(crate) holders: String,
+    /// The lock has a line of fair waiters to name the next of at a
+    /// release (read locks).
+    pub(crate) queued: bool,
+    /// How many may hold places at once (a semaphore's permits; 0 for
+    /// readers, who have no limit of their own).
+    pub(crate) limit: u32,
 }
 
 impl Stored {
@@ -288,18 +293,18 @@ impl Stored {
     pub(crate) fn for_kind(kind: Kind, lock: &LockKeys) -> Stored {
         match kind {
             Kind::Exclusive | Kind::Fair => Stored::Hash,
-            Kind::Permits(permits) => Stored::Place {
+            Kind::Permits(permits) => Stored::Place(Box::new(Place {
                 set: lock.lock.clone(),
                 holders: lock.holders(),
                 queued: false,
                 limit: permits.limit,
-            },
-            Kind::Read => Stored::Place {
+            })),
+            Kind::Read => Stored::Place(Box::new(Place {
                 set: lock.readers(),
                 holders: lock.readers_holders(),
                 queued: true,
                 limit: 0,
-            },
+            })),
         }
     }
 
@@ -307,7 +312,7 @@ impl Stored {
     /// Redlock masters must agree on a grant (see `backend::needed`).
     pub(crate) fn holders_at_once(&self) -> u32 {
         match self {
-            Stored::Place { limit, .. } if *limit > 1 => *limit,
+            Stored::Place(place) if place.limit > 1 => place.limit,
             _ => 1,
         }
     }

@@ -35,7 +35,7 @@ async fn fair_locks_wake_the_first_in_line() {
     let lease = Duration::from_millis(30_000);
     let inbox = Inbox::default();
     let subscriber = server.subscriber(inbox.sink());
-    subscriber.subscribe(&[&lock.channel]).unwrap();
+    subscriber.subscribe(&[&lock.channel()]).unwrap();
 
     assert_eq!(acquire_fair(&server, &lock, "a:1", lease, true).await[0], 1);
     assert_eq!(acquire_fair(&server, &lock, "b:1", lease, true).await[0], 0);
@@ -43,7 +43,7 @@ async fn fair_locks_wake_the_first_in_line() {
     assert_eq!(release(&server, &lock, "a:1", false).await, [0]);
     assert_eq!(
         inbox.messages(),
-        [(PushKind::Message, lock.channel.clone(), "b:1".to_owned())]
+        [(PushKind::Message, lock.channel(), "b:1".to_owned())]
     );
     // Not c's turn while b is first in line.
     assert_eq!(acquire_fair(&server, &lock, "c:1", lease, true).await[0], 0);

@@ -168,7 +168,7 @@ async fn several_permits_are_taken_all_or_none_and_given_back_together() {
     // A's release gives its three permits back at once, one message each.
     let inbox = Inbox::default();
     let subscriber = server.subscriber(inbox.sink());
-    subscriber.subscribe(&[&sem.channel]).unwrap();
+    subscriber.subscribe(&[&sem.channel()]).unwrap();
     assert_eq!(release_place(&server, semaphore, &sem, "a:1").await, [0]);
     assert_eq!(taken(&server, &sem), (5, 2));
     assert_eq!(inbox.messages().len(), 3, "{:?}", inbox.messages());

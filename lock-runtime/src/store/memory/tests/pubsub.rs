@@ -18,7 +18,7 @@ async fn release_publishes_to_the_lock_channel() {
     let lease = Duration::from_millis(30_000);
     let inbox = Inbox::default();
     let subscriber = server.subscriber(inbox.sink());
-    subscriber.subscribe(&[&lock.channel]).unwrap();
+    subscriber.subscribe(&[&lock.channel()]).unwrap();
 
     // Nobody waits: the release is not announced.
     acquire(&server, &lock, "a:1", lease).await;
@@ -35,18 +35,14 @@ async fn release_publishes_to_the_lock_channel() {
     release(&server, &lock, "a:1", false).await;
     assert_eq!(
         inbox.messages(),
-        [(
-            PushKind::Message,
-            lock.channel.clone(),
-            "released".to_owned()
-        )]
+        [(PushKind::Message, lock.channel(), "released".to_owned())]
     );
     assert_eq!(
-        server.command(&["PUBSUB", "NUMSUB", &lock.channel]),
-        Value::Array(vec![bulk(&lock.channel), Value::Int(1)])
+        server.command(&["PUBSUB", "NUMSUB", &lock.channel()]),
+        Value::Array(vec![bulk(&lock.channel()), Value::Int(1)])
     );
 
-    subscriber.unsubscribe(&lock.channel).unwrap();
+    subscriber.unsubscribe(&lock.channel()).unwrap();
     acquire(&server, &lock, "a:1", lease).await;
     release(&server, &lock, "a:1", false).await;
     assert_eq!(inbox.messages().len(), 1, "unsubscribed");
