@@ -2,7 +2,7 @@
 //! fail them over.
 
 use std::collections::HashSet;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use lock_testkit::{RedisCluster, RedisServer, SentinelGroup, unique_key};
 
@@ -14,12 +14,38 @@ fn info_field(info: &str, field: &str) -> Option<String> {
 }
 
 /// Set `key` on its master and wait until `replicas` replicas have it.
+///
+/// Not with `WAIT`: each `cli` call is a connection of its own, and `WAIT`
+/// on a connection that wrote nothing returns at once. Instead, until
+/// `replicas` replicas have acknowledged the master's replication offset
+/// as it was after the write (`INFO replication`).
 fn set_replicated(master: &RedisServer, key: &str, value: &str, replicas: usize) {
     assert_eq!(master.cli(&["SET", key, value]), "OK");
-    assert_eq!(
-        master.cli(&["WAIT", &replicas.to_string(), "5000"]),
-        replicas.to_string()
-    );
+    let field = |info: &str, name: &str| -> Option<u64> {
+        info.lines()
+            .find_map(|line| line.strip_prefix(name))
+            .and_then(|n| n.trim().parse().ok())
+    };
+    let info = master.cli(&["INFO", "replication"]);
+    let written = field(&info, "master_repl_offset:").expect("a replication offset");
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let info = master.cli(&["INFO", "replication"]);
+        let acked = info
+            .lines()
+            .filter(|line| line.starts_with("slave"))
+            .filter_map(|line| line.split(',').find_map(|kv| kv.strip_prefix("offset=")))
+            .filter(|offset| offset.parse::<u64>().is_ok_and(|o| o >= written))
+            .count();
+        if acked >= replicas {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{acked} of {replicas} replicas have the write:\n{info}"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
 }
 
 /// How many entries of a rendered `SENTINEL REPLICAS`/`SENTINELS` reply
