@@ -358,6 +358,21 @@ impl LockRequest {
             && self.kind == Kind::Exclusive
             && keys.len() == 1
             && inner.wakeups.has_live_waiters(&keys[0].channel());
+        // A fair waiter for a lock whose channel this client already
+        // watches (others wait for it here) registers for its turn before
+        // its first attempt: a release that names it right after that
+        // attempt put it in line still wakes it, so it need not try again
+        // at once to find out, as a waiter that subscribes only then must.
+        let mut early = (!self.wait.is_zero()
+            && self.kind == Kind::Fair
+            && keys.len() == 1
+            && inner.wakeups.has_live_waiters(&keys[0].channel()))
+        .then(|| {
+            let channel = keys[0].channel();
+            inner
+                .wakeups
+                .watch([channel.as_str()], Wake::Named(owner.clone()))
+        });
         if !behind {
             match self.attempt(&keys, &owner, deadline, span).await {
                 Ok(Outcome::Taken(guard)) => {
@@ -374,6 +389,8 @@ impl LockRequest {
                 Err(_) => {
                     owner = self.abandon(&keys, owner);
                     Waiting::new_owner(&mut marked, &owner);
+                    // Registered under the old owner id.
+                    early = None;
                 }
             }
         }
@@ -392,10 +409,13 @@ impl LockRequest {
             _ if keys.len() > 1 => Wake::Every,
             _ => Wake::One,
         };
-        let channels: Vec<String> = keys.iter().map(LockKeys::channel).collect();
-        let watch = inner
-            .wakeups
-            .watch(channels.iter().map(String::as_str), wake);
+        let registered_early = early.is_some();
+        let watch = early.unwrap_or_else(|| {
+            let channels: Vec<String> = keys.iter().map(LockKeys::channel).collect();
+            inner
+                .wakeups
+                .watch(channels.iter().map(String::as_str), wake)
+        });
         // The first attempt put a fair waiter in line; it leaves the line if
         // it stops waiting without the lock.
         let mut in_line = (self.kind == Kind::Fair)
@@ -406,7 +426,7 @@ impl LockRequest {
         }
         let mut backoff = RETRY_AFTER_ERROR;
         let mut last_error: Option<LockError>;
-        let mut wait_in_turn = behind;
+        let mut wait_in_turn = behind || registered_early;
         loop {
             // Register for the wake-up before trying, so that a release
             // between this attempt and the sleep below still wakes us.
@@ -414,7 +434,8 @@ impl LockRequest {
             released.as_mut().enable();
             let now = Instant::now();
             let attempt = if std::mem::take(&mut wait_in_turn) {
-                // Queued behind this process's waiters: no holder's lease is
+                // Queued behind this process's waiters, or a fair waiter
+                // already registered for its turn: no holder's lease is
                 // known yet, so look again after a while in any case.
                 Ok(Outcome::Busy {
                     ttl: Some(self.lease.min(Duration::from_secs(3)) / 3),
