@@ -246,3 +246,66 @@ async fn a_release_names_no_waiter_that_is_gone() {
         "the release did not name the waiter next in line"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_behind_another_of_its_client_tries_only_to_get_in_line_and_on_its_turn() {
+    let server = RedisServer::start();
+    let holder = client(&server).await;
+    let waiting = client(&server).await;
+    let name = unique_key("early");
+    let guard = ok(&server, holder.fair_lock(name.as_str()).acquire().await);
+    let queue = format!("{}:queue", lock_key(&name));
+    let in_line = |count: &'static str| {
+        let (server, queue) = (&server, &queue);
+        async move {
+            while server.cli(&["ZCARD", queue]) != count {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        }
+    };
+    let wait = |locks: lock_runtime::LockClient, name: String| {
+        tokio::spawn(async move {
+            let turn = locks
+                .fair_lock(name)
+                .wait(Duration::from_secs(10))
+                .acquire()
+                .await?;
+            turn.release().await
+        })
+    };
+
+    // The first waiter subscribes to the lock's channel; the second finds
+    // it watched already.
+    let first = wait(waiting.clone(), name.clone());
+    within(
+        &server,
+        Duration::from_secs(5),
+        "first in line",
+        in_line("1"),
+    )
+    .await;
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let before = server.script_calls();
+    let second = wait(waiting.clone(), name.clone());
+    within(
+        &server,
+        Duration::from_secs(5),
+        "second in line",
+        in_line("2"),
+    )
+    .await;
+    // Time enough for an attempt right after getting in line, if any.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(
+        server.script_calls() - before,
+        1,
+        "the second waiter's only call so far put it in line"
+    );
+
+    ok(&server, guard.release().await);
+    within(&server, Duration::from_secs(5), "both turns", async {
+        ok(&server, first.await.unwrap());
+        ok(&server, second.await.unwrap());
+    })
+    .await;
+}
