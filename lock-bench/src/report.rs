@@ -336,6 +336,7 @@ pub fn contention(c: &mut Contention, targets: &mut Vec<Target>) -> String {
             dur(longest),
             format!("{:.2}", row.stats.client_calls() as f64 / acq as f64),
             format!("{:.2}", row.stats.all_calls() as f64 / acq as f64),
+            format!("{:.1} µs", us(row.server_cpu) / acq as f64),
             format!("{:.0} %", row.busiest as f64 / acq as f64 * 100.0),
             row.overlaps.to_string(),
         ]);
@@ -352,6 +353,7 @@ pub fn contention(c: &mut Contention, targets: &mut Vec<Target>) -> String {
             "longest wait",
             "commands sent / acq.",
             "Redis calls / acq. (incl. in scripts)",
+            "redis-server CPU / acq.",
             "busiest task's share",
             "overlapping holders",
         ],

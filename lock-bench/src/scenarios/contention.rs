@@ -8,7 +8,7 @@ use lock_runtime::{LockClient, LockGuard};
 use tokio::task::JoinSet;
 
 use crate::contenders::{BenchError, HandGuard, HandLock, PubSubFloor, rslock_manager};
-use crate::measure::{CommandStats, Samples};
+use crate::measure::{self, CommandStats, Samples};
 use crate::scenarios::{Ctx, LEASE};
 
 /// Tasks contending for the one key.
@@ -191,6 +191,8 @@ pub struct ContentionRow {
     pub busiest: u64,
     /// What Redis executed.
     pub stats: CommandStats,
+    /// CPU time of redis-server during the rounds.
+    pub server_cpu: Duration,
 }
 
 impl ContentionRow {
@@ -290,6 +292,7 @@ pub async fn run(ctx: &Ctx) -> Result<Contention, BenchError> {
             overlaps: 0,
             busiest: 0,
             stats: CommandStats::default(),
+            server_cpu: Duration::ZERO,
         })
         .collect();
     for r in 0..rounds {
@@ -298,12 +301,16 @@ pub async fn run(ctx: &Ctx) -> Result<Contention, BenchError> {
             // A fresh key per round: a round cut short may leave its lock held.
             let key = format!("bench:c:{i}:{r}");
             let before = ctx.command_stats();
+            let server_cpu = measure::other_process_cpu(ctx.server.pid());
             let (elapsed, results) = round(&waiters[i], &key, duration).await?;
             // Background work of the round (unsubscribes) is part of its cost.
             tokio::time::sleep(Duration::from_millis(50)).await;
+            let server_cpu =
+                measure::other_process_cpu(ctx.server.pid()).saturating_sub(server_cpu);
             let after = ctx.command_stats();
             let row = &mut rows[i];
             row.stats.add(&before.delta(&after));
+            row.server_cpu += server_cpu;
             row.elapsed += elapsed;
             row.busiest += results.iter().map(|t| t.acquisitions).max().unwrap_or(0);
             for task in results {
