@@ -98,11 +98,15 @@ for i = 1, n do
   else
     fence = fences[i]
     count = 1
-    redis.call('HSET', KEYS[i], 'owner', ARGV[1], 'count', 1, 'fence', fence)
-    redis.call('PEXPIRE', KEYS[i], ARGV[2])
     if marked[i] then
+      -- Readers this writer's mark held back wait for its release: it
+      -- must be announced, as for a waiter that found the lock taken.
+      redis.call('HSET', KEYS[i], 'owner', ARGV[1], 'count', 1, 'fence', fence, 'w', 1)
       redis.call('DEL', KEYS[3 * n + i])
+    else
+      redis.call('HSET', KEYS[i], 'owner', ARGV[1], 'count', 1, 'fence', fence)
     end
+    redis.call('PEXPIRE', KEYS[i], ARGV[2])
   end
   result[2 * i] = fence
   result[2 * i + 1] = count

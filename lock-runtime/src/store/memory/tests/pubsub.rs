@@ -7,9 +7,10 @@ use std::time::Duration;
 
 use redis::{PushInfo, PushKind, Value};
 
-use super::{Inbox, acquire, bulk, int, keys, release, try_acquire};
+use super::{Inbox, acquire, bulk, int, keys, release, run, try_acquire};
+use crate::base::kind::Kind;
 use crate::store::memory::MemoryServer;
-use crate::store::scripts::Quarantine;
+use crate::store::scripts::{Giving, Quarantine, Stored, calls};
 
 #[tokio::test]
 async fn release_publishes_to_the_lock_channel() {
@@ -46,6 +47,47 @@ async fn release_publishes_to_the_lock_channel() {
     acquire(&server, &lock, "a:1", lease).await;
     release(&server, &lock, "a:1", false).await;
     assert_eq!(inbox.messages().len(), 1, "unsubscribed");
+}
+
+#[tokio::test]
+async fn a_writer_that_held_readers_back_announces_its_release() {
+    let server = MemoryServer::new();
+    let lock = keys("turns");
+    let lease = Duration::from_millis(30_000);
+    let inbox = Inbox::default();
+    let subscriber = server.subscriber(inbox.sink());
+    subscriber.subscribe(&[&lock.channel()]).unwrap();
+    let read = |owner: &'static str| {
+        let call = calls::read_acquire(&lock, owner, lease, lease);
+        let server = server.clone();
+        async move { run::<Vec<i64>>(&server, &call).await.unwrap() }
+    };
+
+    // A reader holds it; a writer waits and marks its turn, which holds a
+    // second reader back (so that one does not mark the writer's hash).
+    assert_eq!(read("r:1").await[0], 1);
+    let writer = try_acquire(&server, &lock, "w:1", lease, lease, &Quarantine::none()).await;
+    assert_eq!(writer.unwrap()[0], 0);
+    assert_eq!(read("r:2").await[0], 0, "held back by the writer's mark");
+    let place = Stored::for_kind(Kind::Read, &lock);
+    let gone: Vec<i64> = run(
+        &server,
+        &calls::release(std::slice::from_ref(&lock), &place, "r:1", Giving::ALL),
+    )
+    .await
+    .unwrap();
+    assert_eq!(gone, [0]);
+    let before = inbox.messages().len();
+
+    // The writer gets its turn, and its release wakes the reader it held back.
+    let writer = try_acquire(&server, &lock, "w:1", lease, lease, &Quarantine::none()).await;
+    assert_eq!(writer.unwrap()[0], 1);
+    release(&server, &lock, "w:1", false).await;
+    assert_eq!(
+        inbox.messages().len(),
+        before + 1,
+        "the release is announced"
+    );
 }
 
 #[tokio::test]
