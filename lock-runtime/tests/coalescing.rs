@@ -11,8 +11,9 @@ use std::collections::HashSet;
 use std::time::Duration;
 
 use common::{builder, connect};
-use lock_runtime::LockError;
+use lock_runtime::{LockClient, LockError, LockGuard};
 use lock_testkit::{RedisServer, unique_key};
+use tokio::task::JoinHandle;
 
 /// How many times Redis ran `command` since the last `CONFIG RESETSTAT`,
 /// not counting refusals (the NOSCRIPT that makes redis-rs load a script on
@@ -35,16 +36,17 @@ fn calls(server: &RedisServer, command: &str) -> u64 {
     field("calls") - field("rejected_calls") - field("failed_calls")
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn acquisitions_ready_together_go_as_one_script_call() {
-    let server = RedisServer::start();
-    let locks = connect(builder(&server).command_timeout(Duration::from_secs(5))).await;
-    let prefix = unique_key("together");
-    server.cli(&["CONFIG", "RESETSTAT"]);
-
-    // Paused: the first calls wait for an answer, the rest pile up behind.
+/// Acquires `PREFIX:0` .. `PREFIX:{count - 1}` (without waiting), each in
+/// a task, while the server is paused, so that they pile up and go
+/// together once it resumes (after 300 ms).
+async fn acquire_while_paused(
+    server: &RedisServer,
+    locks: &LockClient,
+    prefix: &str,
+    count: usize,
+) -> Vec<JoinHandle<Result<LockGuard, LockError>>> {
     server.pause();
-    let tasks: Vec<_> = (0..64)
+    let tasks = (0..count)
         .map(|i| {
             let locks = locks.clone();
             let name = format!("{prefix}:{i}");
@@ -53,6 +55,18 @@ async fn acquisitions_ready_together_go_as_one_script_call() {
         .collect();
     tokio::time::sleep(Duration::from_millis(300)).await;
     server.resume();
+    tasks
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acquisitions_ready_together_go_as_one_script_call() {
+    let server = RedisServer::start();
+    let locks = connect(builder(&server).command_timeout(Duration::from_secs(5))).await;
+    let prefix = unique_key("together");
+    server.cli(&["CONFIG", "RESETSTAT"]);
+
+    // Paused: the first calls wait for an answer, the rest pile up behind.
+    let tasks = acquire_while_paused(&server, &locks, &prefix, 64).await;
 
     let mut guards = Vec::new();
     for task in tasks {
@@ -94,16 +108,7 @@ async fn a_call_that_fails_in_a_batch_fails_alone() {
     let broken = format!("{prefix}:3");
     server.cli(&["SET", &common::lock_key(&broken), "not a lock"]);
 
-    server.pause();
-    let tasks: Vec<_> = (0..8)
-        .map(|i| {
-            let locks = locks.clone();
-            let name = format!("{prefix}:{i}");
-            tokio::spawn(async move { locks.lock(name).wait(Duration::ZERO).acquire().await })
-        })
-        .collect();
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    server.resume();
+    let tasks = acquire_while_paused(&server, &locks, &prefix, 8).await;
 
     for (i, task) in tasks.into_iter().enumerate() {
         let outcome = task.await.expect("task");
