@@ -4,8 +4,8 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{ok, spawn_acquire, start_server_with_clients, within};
-use lock_testkit::unique_key;
+use common::{builder, connect, ok, spawn_acquire, start_server_with_clients, within};
+use lock_testkit::{RedisServer, unique_key};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_wait_times_out_after_about_the_wait() {
@@ -180,4 +180,42 @@ async fn a_task_that_releases_and_comes_back_queues_behind_the_waiter() {
         );
         ok(&server, again.release().await);
     }
+}
+
+/// A grant whose answer comes after its lease has run out (here the server
+/// is paused between the call and its answer; in production, a frozen
+/// process or a WAIT for replicas) is not handed out lost on arrival, with
+/// a token another holder may already have passed: it is given back and the
+/// lock taken again, with its lease ahead of it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_grant_answered_after_its_lease_is_not_handed_out() {
+    let server = RedisServer::start();
+    let locks = connect(builder(&server).command_timeout(Duration::from_secs(5))).await;
+    let name = unique_key("late");
+    // The scripts loaded and the connection up before the pause.
+    let warm = ok(&server, locks.lock(format!("{name}:warm")).acquire().await);
+    ok(&server, warm.release().await);
+
+    server.pause();
+    let acquiring = tokio::spawn({
+        let (locks, name) = (locks.clone(), name.clone());
+        async move {
+            locks
+                .lock(name)
+                .lease(Duration::from_millis(200))
+                .wait(Duration::from_secs(5))
+                .acquire()
+                .await
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    server.resume();
+    let guard = ok(&server, acquiring.await.expect("task"));
+
+    let left = guard.valid_until().checked_duration_since(Instant::now());
+    assert!(
+        left.is_some() && !guard.is_lost(),
+        "handed out a lock whose lease had run out before its answer came"
+    );
+    ok(&server, guard.release().await);
 }

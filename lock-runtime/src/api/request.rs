@@ -17,7 +17,7 @@ use crate::base::kind::Kind;
 use crate::base::telemetry::{self, Acquiring, Hold, Tracked};
 use crate::engine::backend::{Attempt, Times};
 use crate::engine::wakeups::Wake;
-use crate::engine::watchdog::Acquisition;
+use crate::engine::watchdog::{Acquisition, DECLARE_EARLY};
 use crate::store::scripts::{Acquired, Giving, Released, Stored};
 
 /// First pause before retrying an acquire that failed to reach Redis; it
@@ -546,6 +546,24 @@ impl LockRequest {
         };
         let stored = attempt.stored();
         let drift = times.drift;
+        // A grant whose answer came after its validity deadline (the lease
+        // from sending, less the drift) is no use: Redis may have expired it
+        // and granted it to another already, while this process was frozen
+        // or the answer was held up (a paused server, a WAIT for replicas).
+        // Handing it out would make a holder that is lost on arrival, with a
+        // token older than the new holder's. It is given back instead, and
+        // the caller tries again within its wait.
+        if Instant::now() + DECLARE_EARLY >= sent + self.lease - drift {
+            tracing::debug!(
+                after = ?sent.elapsed(),
+                lease = ?self.lease,
+                "lock granted too late to be held; giving it back"
+            );
+            self.give_back(keys, owner.clone(), &stored, Giving::ONE);
+            return Ok(Outcome::Busy {
+                ttl: Some(Duration::ZERO),
+            });
+        }
         if let Some(first) = taken.first() {
             telemetry::depth(span, first.count);
         }
@@ -581,21 +599,31 @@ impl LockRequest {
     /// attempt uses a new owner id, which the abandoned one cannot be
     /// mistaken for.
     fn abandon(&self, keys: &[LockKeys], owner: Arc<str>) -> Arc<str> {
+        let stored = Stored::for_kind(self.kind, &keys[0]);
+        self.give_back(keys, owner, &stored, Giving::ALL);
+        self.client.new_owner()
+    }
+
+    /// Gives back, in the background, what `owner` may hold of `keys` from
+    /// an attempt whose grant is not handed out. Announced, since others
+    /// may wait for it.
+    fn give_back(&self, keys: &[LockKeys], owner: Arc<str>, stored: &Stored, giving: Giving) {
         let backend = self.client.inner.backend.clone();
-        let (label, keys) = (self.label.clone(), keys.to_vec());
-        let kind = self.kind;
+        let (label, keys, stored) = (self.label.clone(), keys.to_vec(), stored.clone());
+        let giving = Giving {
+            announce: true,
+            ..giving
+        };
         tokio::spawn(async move {
-            let stored = Stored::for_kind(kind, &keys[0]);
             let released = backend
-                .release(&label, &keys, &stored, &owner, Giving::ALL)
+                .release(&label, &keys, &stored, &owner, giving)
                 .await;
             if let Ok(released) = released
                 && released.contains(&Released::Free)
             {
-                tracing::debug!(key = %label, "dropped a lock whose acquire answer was lost");
+                tracing::debug!(key = %label, "gave back a lock not handed out");
             }
         });
-        self.client.new_owner()
     }
 
     fn timeout(&self, started: Instant) -> LockError {

@@ -26,8 +26,9 @@ use crate::store::scripts::{Renewing, Stored};
 
 /// How much before its validity deadline a lock is declared lost: timers
 /// fire a little late, and the drift margin is what makes the deadline safe,
-/// so the watchdog aims early rather than on the dot.
-const DECLARE_EARLY: Duration = Duration::from_millis(3);
+/// so the watchdog aims early rather than on the dot. An acquisition whose
+/// grant arrives this close to its deadline is given back, not handed out.
+pub(crate) const DECLARE_EARLY: Duration = Duration::from_millis(3);
 
 /// Locks renewed in one script call at most.
 const BATCH: usize = 250;
