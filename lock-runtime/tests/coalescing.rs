@@ -188,3 +188,135 @@ async fn the_hot_path_asks_nothing_it_does_not_need() {
     assert_eq!(calls(&server, "evalsha"), 2, "one call each way");
     assert_eq!(calls(&server, "publish"), 0, "nobody waited");
 }
+
+/// A release whose caller gave up while it waited behind others is not
+/// sent later: its caller was told it failed, and the lock is left to its
+/// lease. Sent later, it could give back a level the same owner (a scope's
+/// owner id) took anew in between.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_given_up_while_it_waits_is_not_sent_later() {
+    let server = RedisServer::start();
+    let locks = connect(builder(&server).command_timeout(Duration::from_secs(5))).await;
+    let prefix = unique_key("given-up");
+    let mut guards = Vec::new();
+    for i in 0..6 {
+        let name = format!("{prefix}:{i}");
+        guards.push(locks.lock(name).acquire().await.expect("acquire"));
+    }
+    let last = guards.pop().expect("six guards");
+
+    // Two releases on their way fill the lane, three wait behind them; the
+    // last comes after those, and its caller gives up.
+    server.pause();
+    let on_their_way: Vec<_> = guards
+        .into_iter()
+        .map(|guard| tokio::spawn(guard.release()))
+        .collect();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let gave_up = tokio::time::timeout(Duration::from_millis(100), last.release()).await;
+    assert!(gave_up.is_err(), "the server is paused");
+    server.resume();
+    for release in on_their_way {
+        release.await.expect("task").expect("released");
+    }
+
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let key = common::lock_key(&format!("{prefix}:5"));
+    assert_eq!(
+        server.cli(&["EXISTS", &key]),
+        "1",
+        "a release given up was sent after all"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refusal_before_any_write_fails_the_whole_batch() {
+    let primary = RedisServer::start();
+    let server = RedisServer::start();
+    let locks = connect(builder(&server).command_timeout(Duration::from_secs(5))).await;
+    let prefix = unique_key("refused");
+    // The server becomes a replica: every write is refused (READONLY).
+    server.cli(&["REPLICAOF", "127.0.0.1", &primary.port().to_string()]);
+    server.cli(&["CONFIG", "RESETSTAT"]);
+
+    server.pause();
+    let tasks: Vec<_> = (0..8)
+        .map(|i| {
+            let locks = locks.clone();
+            let name = format!("{prefix}:{i}");
+            tokio::spawn(async move { locks.lock(name).wait(Duration::ZERO).acquire().await })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    server.resume();
+    for task in tasks {
+        let err = task
+            .await
+            .expect("task")
+            .expect_err("a replica grants nothing");
+        assert!(matches!(err, LockError::ReadOnly { .. }), "{err}");
+    }
+    // The batched call failed as a whole, as a lone call does, which is
+    // what a Sentinel-followed connection needs to see to follow the new
+    // master; not a reply with eight errors inside.
+    let stats = server.cli(&["INFO", "commandstats"]);
+    let evalsha = stats
+        .lines()
+        .find(|line| line.starts_with("cmdstat_evalsha:"))
+        .expect("script calls");
+    let failed = evalsha
+        .split(',')
+        .find_map(|field| field.strip_prefix("failed_calls="))
+        .expect("failed_calls");
+    let total = evalsha
+        .split(',')
+        .find_map(|field| field.strip_prefix("cmdstat_evalsha:calls="))
+        .expect("calls");
+    assert_eq!(
+        failed, total,
+        "every script call failed as a whole: {evalsha}"
+    );
+}
+
+#[tokio::test]
+async fn a_user_without_lastsave_still_takes_locks() {
+    let server = RedisServer::start();
+    // The guide's ACL line as it was before LASTSAVE was needed.
+    server.cli(&[
+        "ACL",
+        "SETUSER",
+        "locks",
+        "reset",
+        "on",
+        ">secret",
+        "~lock:*",
+        "&lock:*",
+        "+hello",
+        "+ping",
+        "+info",
+        "+evalsha",
+        "+script|load",
+        "+subscribe",
+        "+unsubscribe",
+        "+publish",
+        "+time",
+        "+get",
+        "+set",
+        "+del",
+        "+exists",
+        "+pttl",
+        "+pexpire",
+        "+hget",
+        "+hmget",
+        "+hset",
+        "+hincrby",
+    ]);
+    let url = format!("redis://locks:secret@127.0.0.1:{}", server.port());
+    let locks = connect(common::builder_for(url.as_str())).await;
+    let guard = locks
+        .lock(unique_key("no-lastsave"))
+        .acquire()
+        .await
+        .expect("INFO decides when LASTSAVE is refused");
+    guard.release().await.expect("release");
+}

@@ -309,3 +309,50 @@ async fn a_waiter_behind_another_of_its_client_tries_only_to_get_in_line_and_on_
     })
     .await;
 }
+
+/// A fair waiter behind a plain (not fair) holder of another client marks
+/// the holder's hash, so that its release is announced: the waiter is woken
+/// by it, not by its next look a second later.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plain_holders_release_wakes_a_fair_waiter() {
+    let server = RedisServer::start();
+    let holder = client(&server).await;
+    let waiting = client(&server).await;
+    let name = unique_key("mixed");
+    let guard = ok(&server, holder.lock(name.as_str()).acquire().await);
+    let queue = format!("{}:queue", lock_key(&name));
+    let waiter = tokio::spawn({
+        let name = name.clone();
+        async move {
+            let turn = waiting
+                .fair_lock(name)
+                .wait(Duration::from_secs(10))
+                .acquire()
+                .await?;
+            turn.release().await
+        }
+    });
+    within(&server, Duration::from_secs(5), "in line", async {
+        while server.cli(&["ZCARD", &queue]) != "1" {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await;
+
+    server.cli(&["CONFIG", "RESETSTAT"]);
+    ok(&server, guard.release().await);
+    let published = server
+        .cli(&["INFO", "commandstats"])
+        .lines()
+        .any(|line| line.starts_with("cmdstat_publish:"));
+    assert!(published, "the plain holder's release was not announced");
+    within(
+        &server,
+        Duration::from_secs(5),
+        "the waiter's turn",
+        async {
+            ok(&server, waiter.await.unwrap());
+        },
+    )
+    .await;
+}

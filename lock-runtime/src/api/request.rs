@@ -373,6 +373,8 @@ impl LockRequest {
                 .wakeups
                 .watch([channel.as_str()], Wake::Named(owner.clone()))
         });
+        // How long the first attempt found the lock taken for, if it said.
+        let mut first_busy = None;
         if !behind {
             match self.attempt(&keys, &owner, deadline, span).await {
                 Ok(Outcome::Taken(guard)) => {
@@ -382,7 +384,7 @@ impl LockRequest {
                 Ok(Outcome::Busy { .. }) if self.wait.is_zero() => {
                     return Err(self.timeout(started));
                 }
-                Ok(Outcome::Busy { .. }) => {}
+                Ok(Outcome::Busy { ttl }) => first_busy = ttl,
                 Err(err) if self.wait.is_zero() || !err.is_unavailable() || scoped.is_some() => {
                     return Err(err);
                 }
@@ -437,8 +439,9 @@ impl LockRequest {
                 // Queued behind this process's waiters, or a fair waiter
                 // already registered for its turn: no holder's lease is
                 // known yet, so look again after a while in any case.
+                let look_again = self.lease.min(Duration::from_secs(3)) / 3;
                 Ok(Outcome::Busy {
-                    ttl: Some(self.lease.min(Duration::from_secs(3)) / 3),
+                    ttl: Some(first_busy.map_or(look_again, |ttl| ttl.min(look_again))),
                 })
             } else {
                 self.attempt(&keys, &owner, deadline, span).await

@@ -13,13 +13,18 @@
 //! batches grow with the load, by themselves.
 //!
 //! Cancellation. A caller dropped while its call waits takes it out (its
-//! call is never sent). A caller dropped once its call is on its way cannot
-//! stop it: the batch still runs, its reply is handed to the callers still
-//! there, and an acquisition granted to a caller that is gone is given
-//! back at once (its `undo` call), instead of staying taken until its lease
-//! runs out. The caller that sends a batch does so itself, without a task
-//! of its own (a lone call costs no task switch); if it is dropped midway,
-//! the rest of the sending goes on in a task (see [`Detached`]).
+//! call is never sent). Releases too: a release whose caller gave up (its
+//! command timeout ran out) was reported as failed, and the lock is left to
+//! its lease; sent later, it could give back a level that the same owner
+//! (a scope's owner id) has taken anew since. A caller dropped once its
+//! call is on its way cannot stop it: the batch still runs, its
+//! reply is handed to the callers still there, and an acquisition granted
+//! to a caller that is gone is given back at once (its `undo` call),
+//! instead of staying taken until its lease runs out. A caller whose call
+//! goes alone sends it itself, without a task of its own (a lone call costs
+//! no task switch); if it is dropped midway, the rest goes on in a task
+//! (see [`Detached`]). A batch with other callers' calls goes in a task,
+//! so that their replies never wait for one caller's future to be polled.
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -107,6 +112,10 @@ struct Waiter {
 /// BENCHMARKS.md.
 const IN_FLIGHT: u8 = 2;
 
+/// The most calls one script call carries: a batch runs on Redis's one
+/// thread, and every other client of that Redis waits for it to end.
+const MOST_PER_BATCH: usize = 256;
+
 #[derive(Default)]
 struct Queue {
     waiting: Vec<Waiter>,
@@ -150,9 +159,21 @@ impl Coalescer {
         if send {
             let (coalescer, transport) = (self.clone(), transport.clone());
             Detached::new(async move {
-                if let Some(batch) = coalescer.take(lane) {
-                    deliver(&transport, batch).await;
+                let Some(batch) = coalescer.take(lane) else {
+                    return;
+                };
+                if batch.len() > 1 {
+                    // Other callers' calls: their replies must not wait for
+                    // this caller's future to be polled.
+                    tokio::spawn(async move {
+                        deliver(&transport, batch).await;
+                        if coalescer.take_turn(lane) {
+                            drain(coalescer, transport, lane).await;
+                        }
+                    });
+                    return;
                 }
+                deliver(&transport, batch).await;
                 // Calls that came while this one was on its way go next,
                 // in a task: this caller has its reply.
                 if coalescer.take_turn(lane) {
@@ -173,7 +194,8 @@ impl Coalescer {
     }
 
     /// The calls waiting in `lane` whose callers are still there, for a
-    /// sender to send now; `None` when there are none, and the sender stops.
+    /// sender to send now (at most [`MOST_PER_BATCH`]); `None` when there
+    /// are none, and the sender stops.
     fn take(&self, lane: Lane) -> Option<Vec<Waiter>> {
         let mut lanes = self.lanes();
         let queue = lanes.get_mut(&lane)?;
@@ -182,7 +204,8 @@ impl Coalescer {
             stop_sending(&mut lanes, lane);
             return None;
         }
-        Some(std::mem::take(&mut queue.waiting))
+        let most = queue.waiting.len().min(MOST_PER_BATCH);
+        Some(queue.waiting.drain(..most).collect())
     }
 
     /// After a sender's call came back: whether calls are waiting in `lane`

@@ -6,7 +6,9 @@
 -- and fails alone: an error (a key of the wrong type) becomes that call's
 -- reply, as its message (a string, where the scripts run so reply with
 -- arrays), not the batch's: an error reply inside an array would fail the
--- whole reply in the client.
+-- whole reply in the client. Except READONLY and OOM, which Redis raises at
+-- the first write of a script call, before anything was written: those
+-- fail the whole call, as they would fail a lone one.
 --
 -- ARGV[1]              the number of calls, m
 -- ARGV[2j], ARGV[2j+1] for the j-th call (j = 1..m), its number of keys and
@@ -29,12 +31,17 @@ for j = 1, m do
   end
   k, a = k + nk, a + na
   local ok, reply = pcall(run, keys, args)
+  local message = (not ok) and (type(reply) == 'table' and reply.err or tostring(reply))
   if ok then
     results[j] = reply
-  elseif type(reply) == 'table' and reply.err then
-    results[j] = reply.err
+  elseif string.find(message, '^READONLY') or string.find(message, '^OOM') then
+    -- Refused at the first write of the whole script call (a replica; a
+    -- server out of memory), so nothing was written: the batch fails as
+    -- a whole, as a lone call would, so that the client follows a new
+    -- master and sends it again.
+    return redis.error_reply(message)
   else
-    results[j] = tostring(reply)
+    results[j] = message
   end
 end
 return results

@@ -49,6 +49,11 @@ if closed then
   ttl = closed
 elseif owner then
   ttl = redis.call('PTTL', KEYS[1])
+  if ARGV[4] == '1' then
+    -- Held by a plain (not fair) holder, whose release announces itself
+    -- only when marked (release.lua).
+    redis.call('HSET', KEYS[1], 'w', 1)
+  end
 elseif readers > 0 then
   local last = redis.call('ZRANGE', KEYS[5], -1, -1, 'WITHSCORES')
   ttl = tonumber(last[2]) - now

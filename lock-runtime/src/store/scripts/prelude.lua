@@ -60,10 +60,14 @@ end
 -- `ms`. It counts whole seconds, rounded down, hence one more second. A
 -- recent save says nothing, and INFO is asked (see next_fence). Answered
 -- once per script call (a call may take many locks).
+--
+-- A server that refuses LASTSAVE (an ACL without it) or reports no save
+-- time says nothing either: INFO decides.
 local settled = nil
 local function up_for_at_least(ms, now)
   if settled == nil then
-    settled = now - redis.call('LASTSAVE') * 1000 - 1000 >= ms
+    local last = redis.pcall('LASTSAVE')
+    settled = type(last) == 'number' and last > 0 and now - last * 1000 - 1000 >= ms
   end
   return settled
 end
