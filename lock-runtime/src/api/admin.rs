@@ -689,7 +689,7 @@ fn strip_companion(key: &str) -> &str {
 
 /// Whether `key` is a fencing counter, `PREFIXfence:{DIGITS}` (keys.rs), or
 /// the marker of one created during a restart quarantine (`…:born`,
-/// prelude.lua).
+/// fence.lua).
 fn is_fence_counter(prefix: &str, key: &str) -> bool {
     let key = key.strip_suffix(":born").unwrap_or(key);
     key.strip_prefix(prefix)

@@ -19,7 +19,7 @@
 --                  that its release is announced. The caller
 --                  takes it back when it stops waiting; a dead caller's
 --                  mark lapses after this long.
--- ARGV[4..6]       the restart quarantine: run id seen, ms, strict (prelude)
+-- ARGV[4..6]       the restart quarantine: run id seen, ms, strict (fence.lua)
 --
 -- Returns {1, fence_1, count_1, ..., fence_n, count_n} when the caller holds
 -- every lock afterwards, or {0, pttl} with the longest remaining lease among

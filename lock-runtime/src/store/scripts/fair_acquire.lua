@@ -9,7 +9,7 @@
 -- ARGV[2]  lease in milliseconds
 -- ARGV[3]  how long a waiter stays in line without trying again (ms)
 -- ARGV[4]  "1" to wait in line when the lock is not ours to take, "0" not to
--- ARGV[5..7]  the restart quarantine: run id seen, ms, strict (prelude)
+-- ARGV[5..7]  the restart quarantine: run id seen, ms, strict (fence.lua)
 --
 -- Returns {1, fence, count} when the caller holds the lock afterwards, or
 -- {0, ms} with how long until the holder's lease or the first waiter's

@@ -56,16 +56,19 @@ impl std::fmt::Debug for ScriptPair {
     }
 }
 
-/// A script with the shared helpers of `prelude.lua` in front of it, its
-/// body a function of KEYS and ARGV (so that `batch.lua` can run it once
-/// per call of a batch), and what runs it after.
+/// A script with the shared helpers of `prelude.lua` in front of it, then
+/// the helper files it names (`fence.lua`, `places.lua`, `line.lua`: only
+/// those it uses, as Redis makes each helper's closure anew at every call),
+/// its body a function of KEYS and ARGV (so that `batch.lua` can run it
+/// once per call of a batch), and what runs it after.
 macro_rules! script_text {
-    ($publish:literal, $file:literal, $run:expr) => {
+    ($publish:literal, $file:literal, [$($part:literal),*], $run:expr) => {
         concat!(
             "local PUBLISH = '",
             $publish,
             "'\n",
             include_str!("prelude.lua"),
+            $(include_str!($part),)*
             "local function run(KEYS, ARGV)\n",
             include_str!($file),
             "\nend\n",
@@ -74,31 +77,37 @@ macro_rules! script_text {
     };
 }
 
-/// A script in its four forms (see [`ScriptPair`]).
+/// A script in its four forms (see [`ScriptPair`]), with the helper files
+/// it uses besides `prelude.lua`.
 macro_rules! script {
-    ($file:literal) => {
+    ($file:literal $(, $part:literal)*) => {
         LazyLock::new(|| ScriptPair {
             name: $file,
-            plain: Script::new(script_text!("PUBLISH", $file, "return run(KEYS, ARGV)\n")),
-            sharded: Script::new(script_text!("SPUBLISH", $file, "return run(KEYS, ARGV)\n")),
-            plain_batch: Script::new(script_text!("PUBLISH", $file, include_str!("batch.lua"))),
-            sharded_batch: Script::new(script_text!("SPUBLISH", $file, include_str!("batch.lua"))),
+            plain: Script::new(script_text!("PUBLISH", $file, [$($part),*], "return run(KEYS, ARGV)\n")),
+            sharded: Script::new(script_text!("SPUBLISH", $file, [$($part),*], "return run(KEYS, ARGV)\n")),
+            plain_batch: Script::new(script_text!("PUBLISH", $file, [$($part),*], include_str!("batch.lua"))),
+            sharded_batch: Script::new(script_text!(
+                "SPUBLISH",
+                $file,
+                [$($part),*],
+                include_str!("batch.lua")
+            )),
         })
     };
 }
 
-static ACQUIRE: LazyLock<ScriptPair> = script!("acquire.lua");
-static RELEASE: LazyLock<ScriptPair> = script!("release.lua");
+static ACQUIRE: LazyLock<ScriptPair> = script!("acquire.lua", "fence.lua", "places.lua");
+static RELEASE: LazyLock<ScriptPair> = script!("release.lua", "line.lua");
 static RENEW: LazyLock<ScriptPair> = script!("renew.lua");
-static PERMIT_ACQUIRE: LazyLock<ScriptPair> = script!("permit_acquire.lua");
-static READ_ACQUIRE: LazyLock<ScriptPair> = script!("read_acquire.lua");
-static PLACE_RELEASE: LazyLock<ScriptPair> = script!("place_release.lua");
-static FAIR_ACQUIRE: LazyLock<ScriptPair> = script!("fair_acquire.lua");
-static FAIR_LEAVE: LazyLock<ScriptPair> = script!("fair_leave.lua");
+static PERMIT_ACQUIRE: LazyLock<ScriptPair> = script!("permit_acquire.lua", "fence.lua");
+static READ_ACQUIRE: LazyLock<ScriptPair> = script!("read_acquire.lua", "fence.lua", "places.lua");
+static PLACE_RELEASE: LazyLock<ScriptPair> = script!("place_release.lua", "line.lua");
+static FAIR_ACQUIRE: LazyLock<ScriptPair> = script!("fair_acquire.lua", "fence.lua");
+static FAIR_LEAVE: LazyLock<ScriptPair> = script!("fair_leave.lua", "line.lua");
 static FENCE_RAISE: LazyLock<ScriptPair> = script!("fence_raise.lua");
 static TURN_LEAVE: LazyLock<ScriptPair> = script!("turn_leave.lua");
 static INSPECT: LazyLock<ScriptPair> = script!("inspect.lua");
-static FORCE_RELEASE: LazyLock<ScriptPair> = script!("force_release.lua");
+static FORCE_RELEASE: LazyLock<ScriptPair> = script!("force_release.lua", "line.lua");
 
 /// One call of one lock script: the script, its keys and arguments, and
 /// what running it twice would do. Cheap to clone; runs on any node (see
@@ -110,7 +119,7 @@ pub(crate) struct Call {
     keys: Arc<[String]>,
     args: Arc<[String]>,
     /// An acquire script: the node appends its restart quarantine
-    /// arguments (see `next_fence` in prelude.lua).
+    /// arguments (see `next_fence` in fence.lua).
     quarantined: bool,
     /// Running it twice for one request does what running it once does, so
     /// that it may be sent again after a failure that leaves open whether

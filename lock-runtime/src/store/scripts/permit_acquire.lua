@@ -11,7 +11,7 @@
 -- ARGV[2]  lease in milliseconds
 -- ARGV[3]  the semaphore's number of permits
 -- ARGV[4]  how many of them the caller takes
--- ARGV[5..7]  the restart quarantine: run id seen, ms, strict (prelude)
+-- ARGV[5..7]  the restart quarantine: run id seen, ms, strict (fence.lua)
 --
 -- The number of permits is recorded by the acquisition that finds the
 -- semaphore empty, and lives as long as the semaphore has a holder: when the

@@ -10,7 +10,7 @@
 -- ARGV[2]  lease in milliseconds
 -- ARGV[3]  how long a waiting reader's mark lasts unless it tries again
 --          (ms; 0: the caller does not wait); see acquire.lua
--- ARGV[4..6]  the restart quarantine: run id seen, ms, strict (prelude)
+-- ARGV[4..6]  the restart quarantine: run id seen, ms, strict (fence.lua)
 --
 -- Returns {1, fence, count} when the caller reads afterwards, or {0, pttl}
 -- with how long the writer (or the waiting writer's marker) lasts at most,

@@ -1,0 +1,23 @@
+-- Fair waiters' line: for the scripts that give locks back (see
+-- prelude.lua).
+
+-- What a release announces: the first owner id in the lock's queue of fair
+-- waiters that still counts as waiting (its time in `alive` has not run
+-- out), so that exactly that waiter wakes, or "released" for anyone.
+-- Waiters that stopped trying (died, gave up silently) are dropped on the
+-- way, so that a release never names one that is gone and stalls the line.
+local function next_in_line(queue, alive)
+  local now = now_ms()
+  while true do
+    local first = redis.call('ZRANGE', queue, 0, 0)[1]
+    if not first then
+      return 'released'
+    end
+    local until_ms = redis.call('ZSCORE', alive, first)
+    if until_ms and tonumber(until_ms) > now then
+      return first
+    end
+    redis.call('ZREM', queue, first)
+    redis.call('ZREM', alive, first)
+  end
+end
