@@ -4,8 +4,10 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{builder, connect, ok, spawn_acquire, start_server_with_clients, within};
-use lock_testkit::{RedisServer, unique_key};
+use common::{
+    builder, builder_for, connect, lock_key, ok, spawn_acquire, start_server_with_clients, within,
+};
+use lock_testkit::{Proxy, RedisServer, unique_key};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_wait_times_out_after_about_the_wait() {
@@ -216,6 +218,52 @@ async fn a_grant_answered_after_its_lease_is_not_handed_out() {
     assert!(
         left.is_some() && !guard.is_lost(),
         "handed out a lock whose lease had run out before its answer came"
+    );
+    ok(&server, guard.release().await);
+}
+
+/// The late grant above, when Redis let it expire before its answer came
+/// (the answer held up on its way back, as when the client's process is
+/// frozen): the next attempt, under the same owner id, takes the lock anew,
+/// and giving the late grant back must not free it under its new holder.
+/// One thread, so that a give-back left to another task would go after
+/// that attempt.
+#[tokio::test]
+async fn a_late_grant_given_back_leaves_the_lock_taken_anew() {
+    let server = RedisServer::start();
+    let proxy = Proxy::start(server.port()).await.expect("proxy");
+    let holder = connect(builder(&server)).await;
+    let waiter = connect(builder_for(proxy.url()).command_timeout(Duration::from_secs(5))).await;
+    let name = unique_key("late-expired");
+    let held = ok(&server, holder.lock(name.as_str()).acquire().await);
+    let acquiring = tokio::spawn({
+        let name = name.clone();
+        async move {
+            waiter
+                .lock(name)
+                .lease(Duration::from_millis(200))
+                .wait(Duration::from_secs(5))
+                .acquire()
+                .await
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+
+    // From the release on, everything to and from the waiter takes 400 ms:
+    // the wake-up comes at 400 ms, its attempt reaches Redis at 800 ms, which
+    // grants the lock for 200 ms, and the answer comes at 1200 ms.
+    proxy.set_delay(Duration::from_millis(400));
+    ok(&server, held.release().await);
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    proxy.set_delay(Duration::ZERO);
+    let guard = ok(&server, acquiring.await.expect("task"));
+
+    // Time for a give-back sent behind the new attempt to arrive.
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let owner = server.cli(&["HGET", &lock_key(&name), "owner"]);
+    assert!(
+        !owner.trim().is_empty() && !guard.is_lost(),
+        "the late grant's give-back freed the lock its guard holds"
     );
     ok(&server, guard.release().await);
 }

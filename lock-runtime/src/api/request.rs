@@ -555,14 +555,24 @@ impl LockRequest {
         // or the answer was held up (a paused server, a WAIT for replicas).
         // Handing it out would make a holder that is lost on arrival, with a
         // token older than the new holder's. It is given back instead, and
-        // the caller tries again within its wait.
+        // the caller tries again within its wait. The next attempt uses the
+        // same owner id, so the give-back must be done first: arriving after
+        // that attempt took the lock anew, it would free it under its new
+        // holder. If it fails, the attempt fails, and the caller goes on
+        // under a new owner id (see `abandon`) or reports the error.
         if Instant::now() + DECLARE_EARLY >= sent + self.lease - drift {
             tracing::debug!(
                 after = ?sent.elapsed(),
                 lease = ?self.lease,
                 "lock granted too late to be held; giving it back"
             );
-            self.give_back(keys, owner.clone(), &stored, Giving::ONE);
+            let giving = Giving {
+                announce: true,
+                ..Giving::ONE
+            };
+            backend
+                .release(&self.label, keys, &stored, owner, giving)
+                .await?;
             return Ok(Outcome::Busy {
                 ttl: Some(Duration::ZERO),
             });
@@ -602,31 +612,26 @@ impl LockRequest {
     /// attempt uses a new owner id, which the abandoned one cannot be
     /// mistaken for.
     fn abandon(&self, keys: &[LockKeys], owner: Arc<str>) -> Arc<str> {
-        let stored = Stored::for_kind(self.kind, &keys[0]);
-        self.give_back(keys, owner, &stored, Giving::ALL);
-        self.client.new_owner()
-    }
-
-    /// Gives back, in the background, what `owner` may hold of `keys` from
-    /// an attempt whose grant is not handed out. Announced, since others
-    /// may wait for it.
-    fn give_back(&self, keys: &[LockKeys], owner: Arc<str>, stored: &Stored, giving: Giving) {
         let backend = self.client.inner.backend.clone();
-        let (label, keys, stored) = (self.label.clone(), keys.to_vec(), stored.clone());
-        let giving = Giving {
-            announce: true,
-            ..giving
-        };
+        let (label, keys) = (self.label.clone(), keys.to_vec());
+        let kind = self.kind;
         tokio::spawn(async move {
+            let stored = Stored::for_kind(kind, &keys[0]);
+            // Announced: if it did take the lock, others may wait for it.
+            let giving = Giving {
+                announce: true,
+                ..Giving::ALL
+            };
             let released = backend
                 .release(&label, &keys, &stored, &owner, giving)
                 .await;
             if let Ok(released) = released
                 && released.contains(&Released::Free)
             {
-                tracing::debug!(key = %label, "gave back a lock not handed out");
+                tracing::debug!(key = %label, "dropped a lock whose acquire answer was lost");
             }
         });
+        self.client.new_owner()
     }
 
     fn timeout(&self, started: Instant) -> LockError {
