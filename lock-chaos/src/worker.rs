@@ -618,6 +618,12 @@ struct LockedCall<'a> {
     finished: Option<i64>,
     /// What the call returned, and when.
     returned: Option<(Result<(), LockError>, i64)>,
+    /// Whether its section was reported: as soon as the call returned, so
+    /// that a worker killed later in the enclosing section (say, while the
+    /// other joined call waits) has told when this one released; otherwise
+    /// the orchestrator knows it only from its begin marker, and takes it
+    /// for held until the worker died.
+    reported: bool,
 }
 
 impl LockedCall<'_> {
@@ -663,14 +669,19 @@ impl LockedCall<'_> {
         } else {
             locked_call(self, key).await
         };
-        self.returned = Some((result, now_us()));
+        let returned = now_us();
+        self.returned = Some((result, returned));
+        self.report(returned);
     }
 
-    /// Reports the call: its critical section if its body ran (ended when
+    /// Reports the call, once: its critical section if its body ran (ended when
     /// the body finished, or when it was dropped: the holder was told), or
     /// the error it returned. `stopped`: when the enclosing section's work
     /// ended (the call was dropped then if it had not returned).
-    fn report(self, stopped: i64) {
+    fn report(&mut self, stopped: i64) {
+        if std::mem::replace(&mut self.reported, true) {
+            return;
+        }
         let returned = self.returned.as_ref().map(|(_, at)| *at).unwrap_or(stopped);
         let result = self.returned.as_ref().map(|(result, _)| result);
         let Some((acquired, token)) = self.acquired else {
@@ -862,6 +873,7 @@ impl Section<'_> {
             acquired: None,
             finished: None,
             returned: None,
+            reported: false,
         };
         let mut reentry = make(
             &mut *self.writer,
@@ -881,7 +893,7 @@ impl Section<'_> {
         let done = bounded(shared, limit, self.guard.scope(work)).await;
         let stopped = now_us();
         shared.locked_calls.fetch_sub(1, Ordering::SeqCst);
-        for call in [reentry, first, second] {
+        for mut call in [reentry, first, second] {
             call.report(stopped);
         }
         match done {
