@@ -239,16 +239,7 @@ async fn a_refusal_before_any_write_fails_the_whole_batch() {
     server.cli(&["REPLICAOF", "127.0.0.1", &primary.port().to_string()]);
     server.cli(&["CONFIG", "RESETSTAT"]);
 
-    server.pause();
-    let tasks: Vec<_> = (0..8)
-        .map(|i| {
-            let locks = locks.clone();
-            let name = format!("{prefix}:{i}");
-            tokio::spawn(async move { locks.lock(name).wait(Duration::ZERO).acquire().await })
-        })
-        .collect();
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    server.resume();
+    let tasks = acquire_while_paused(&server, &locks, &prefix, 8).await;
     for task in tasks {
         let err = task
             .await

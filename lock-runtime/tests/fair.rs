@@ -6,7 +6,34 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use common::{client, holder_env, lock_key, ok, spawn_acquire, within};
+use lock_runtime::{LockClient, LockError};
 use lock_testkit::{RedisServer, unique_key};
+use tokio::task::JoinHandle;
+
+/// Waits, up to `bound`, until the line of fair waiters for `name` holds
+/// `count` of them.
+async fn until_in_line(server: &RedisServer, name: &str, count: &str, bound: Duration) {
+    let queue = format!("{}:queue", lock_key(name));
+    within(server, bound, &format!("{count} in line"), async {
+        while server.cli(&["ZCARD", &queue]) != count {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await;
+}
+
+/// Takes the fair lock `name` (waiting up to 10 s) in a task, and gives it
+/// back at once.
+fn take_turn(locks: LockClient, name: String) -> JoinHandle<Result<(), LockError>> {
+    tokio::spawn(async move {
+        let turn = locks
+            .fair_lock(name)
+            .wait(Duration::from_secs(10))
+            .acquire()
+            .await?;
+        turn.release().await
+    })
+}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn waiters_take_the_lock_in_arrival_order_and_only_the_next_wakes() {
@@ -147,13 +174,7 @@ async fn a_waiter_that_dies_stops_holding_up_the_line() {
     let name = unique_key("dies");
     let guard = ok(&server, locks.fair_lock(name.as_str()).acquire().await);
     let (mut child, _) = common::spawn_holder(&server, "fair_waiter_process", &name);
-    let queue = format!("{}:queue", lock_key(&name));
-    within(&server, Duration::from_secs(10), "child in line", async {
-        while server.cli(&["ZCARD", &queue]) != "1" {
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    })
-    .await;
+    until_in_line(&server, &name, "1", Duration::from_secs(10)).await;
     let next = {
         let (locks, name) = (locks.clone(), name.clone());
         tokio::spawn(async move {
@@ -192,18 +213,8 @@ async fn a_release_names_no_waiter_that_is_gone() {
     let (mut child, _) = common::spawn_holder(&server, "fair_waiter_process", &name);
     let queue = format!("{}:queue", lock_key(&name));
     let (server, queue) = (&server, queue.as_str());
-    let in_line = |count: &'static str| {
-        within(
-            server,
-            Duration::from_secs(10),
-            "waiter in line",
-            async move {
-                while server.cli(&["ZCARD", queue]) != count {
-                    tokio::time::sleep(Duration::from_millis(20)).await;
-                }
-            },
-        )
-    };
+    let in_line =
+        |count: &'static str| until_in_line(server, &name, count, Duration::from_secs(10));
     in_line("1").await;
     let dead = server.cli(&["ZRANGE", queue, "0", "0"]);
     child.kill().expect("SIGKILL waiter");
@@ -254,46 +265,15 @@ async fn a_waiter_behind_another_of_its_client_tries_only_to_get_in_line_and_on_
     let waiting = client(&server).await;
     let name = unique_key("early");
     let guard = ok(&server, holder.fair_lock(name.as_str()).acquire().await);
-    let queue = format!("{}:queue", lock_key(&name));
-    let in_line = |count: &'static str| {
-        let (server, queue) = (&server, &queue);
-        async move {
-            while server.cli(&["ZCARD", queue]) != count {
-                tokio::time::sleep(Duration::from_millis(5)).await;
-            }
-        }
-    };
-    let wait = |locks: lock_runtime::LockClient, name: String| {
-        tokio::spawn(async move {
-            let turn = locks
-                .fair_lock(name)
-                .wait(Duration::from_secs(10))
-                .acquire()
-                .await?;
-            turn.release().await
-        })
-    };
 
     // The first waiter subscribes to the lock's channel; the second finds
     // it watched already.
-    let first = wait(waiting.clone(), name.clone());
-    within(
-        &server,
-        Duration::from_secs(5),
-        "first in line",
-        in_line("1"),
-    )
-    .await;
+    let first = take_turn(waiting.clone(), name.clone());
+    until_in_line(&server, &name, "1", Duration::from_secs(5)).await;
     tokio::time::sleep(Duration::from_millis(50)).await;
     let before = server.script_calls();
-    let second = wait(waiting.clone(), name.clone());
-    within(
-        &server,
-        Duration::from_secs(5),
-        "second in line",
-        in_line("2"),
-    )
-    .await;
+    let second = take_turn(waiting.clone(), name.clone());
+    until_in_line(&server, &name, "2", Duration::from_secs(5)).await;
     // Time enough for an attempt right after getting in line, if any.
     tokio::time::sleep(Duration::from_millis(100)).await;
     assert_eq!(
@@ -320,24 +300,8 @@ async fn a_plain_holders_release_wakes_a_fair_waiter() {
     let waiting = client(&server).await;
     let name = unique_key("mixed");
     let guard = ok(&server, holder.lock(name.as_str()).acquire().await);
-    let queue = format!("{}:queue", lock_key(&name));
-    let waiter = tokio::spawn({
-        let name = name.clone();
-        async move {
-            let turn = waiting
-                .fair_lock(name)
-                .wait(Duration::from_secs(10))
-                .acquire()
-                .await?;
-            turn.release().await
-        }
-    });
-    within(&server, Duration::from_secs(5), "in line", async {
-        while server.cli(&["ZCARD", &queue]) != "1" {
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
-    })
-    .await;
+    let waiter = take_turn(waiting, name.clone());
+    until_in_line(&server, &name, "1", Duration::from_secs(5)).await;
 
     server.cli(&["CONFIG", "RESETSTAT"]);
     ok(&server, guard.release().await);

@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 use common::{
     builder, builder_for, connect, lock_key, ok, spawn_acquire, start_server_with_clients, within,
 };
+use lock_runtime::{LockClient, LockRequest};
 use lock_testkit::{Proxy, RedisServer, unique_key};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -184,6 +185,15 @@ async fn a_task_that_releases_and_comes_back_queues_behind_the_waiter() {
     }
 }
 
+/// The request of the late-grant tests: a lease short enough to run out
+/// while its answer is held up, a wait long enough to take the lock again.
+fn short_lease(locks: &LockClient, name: &str) -> LockRequest {
+    locks
+        .lock(name)
+        .lease(Duration::from_millis(200))
+        .wait(Duration::from_secs(5))
+}
+
 /// A grant whose answer comes after its lease has run out (here the server
 /// is paused between the call and its answer; in production, a frozen
 /// process or a WAIT for replicas) is not handed out lost on arrival, with
@@ -199,20 +209,10 @@ async fn a_grant_answered_after_its_lease_is_not_handed_out() {
     ok(&server, warm.release().await);
 
     server.pause();
-    let acquiring = tokio::spawn({
-        let (locks, name) = (locks.clone(), name.clone());
-        async move {
-            locks
-                .lock(name)
-                .lease(Duration::from_millis(200))
-                .wait(Duration::from_secs(5))
-                .acquire()
-                .await
-        }
-    });
+    let acquiring = spawn_acquire(short_lease(&locks, &name));
     tokio::time::sleep(Duration::from_millis(400)).await;
     server.resume();
-    let guard = ok(&server, acquiring.await.expect("task"));
+    let guard = ok(&server, acquiring.await.expect("task").1);
 
     let left = guard.valid_until().checked_duration_since(Instant::now());
     assert!(
@@ -236,17 +236,7 @@ async fn a_late_grant_given_back_leaves_the_lock_taken_anew() {
     let waiter = connect(builder_for(proxy.url()).command_timeout(Duration::from_secs(5))).await;
     let name = unique_key("late-expired");
     let held = ok(&server, holder.lock(name.as_str()).acquire().await);
-    let acquiring = tokio::spawn({
-        let name = name.clone();
-        async move {
-            waiter
-                .lock(name)
-                .lease(Duration::from_millis(200))
-                .wait(Duration::from_secs(5))
-                .acquire()
-                .await
-        }
-    });
+    let acquiring = spawn_acquire(short_lease(&waiter, &name));
     tokio::time::sleep(Duration::from_millis(300)).await;
 
     // From the release on, everything to and from the waiter takes 400 ms:
@@ -256,7 +246,7 @@ async fn a_late_grant_given_back_leaves_the_lock_taken_anew() {
     ok(&server, held.release().await);
     tokio::time::sleep(Duration::from_millis(1000)).await;
     proxy.set_delay(Duration::ZERO);
-    let guard = ok(&server, acquiring.await.expect("task"));
+    let guard = ok(&server, acquiring.await.expect("task").1);
 
     // Time for a give-back sent behind the new attempt to arrive.
     tokio::time::sleep(Duration::from_millis(50)).await;
