@@ -103,3 +103,30 @@ async fn fencing_counters_stay_bounded_over_many_lock_names() {
         );
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tokens_stay_above_a_counter_ahead_of_the_clock() {
+    // Tokens follow the server's clock in microseconds; a counter ahead of
+    // it (a clock set back since, or a counter raised by a Redlock majority
+    // whose master's clock runs ahead) must still be counted on from.
+    let (server, [locks]) = start_server_with_clients().await;
+    let name = "{tenant:2}:order";
+    let first = ok(&server, locks.lock(name).acquire().await);
+    ok(&server, first.release().await);
+    let all = server.cli(&["KEYS", "lock:fence:*"]);
+    let counter = all
+        .lines()
+        .find(|key| !key.ends_with(":born"))
+        .unwrap_or_else(|| panic!("no fencing counter among {all}"))
+        .to_owned();
+    // Well ahead of any clock reading in microseconds (2026 is about
+    // 1.8e15), and below 2^53, where Lua's numbers stop being exact.
+    let ahead: u64 = 5_000_000_000_000_000;
+    assert_eq!(server.cli(&["SET", &counter, &ahead.to_string()]), "OK");
+    for step in 1..=2 {
+        let guard = ok(&server, locks.lock(name).acquire().await);
+        assert_eq!(guard.fence(), ahead + step, "token {step} after the raise");
+        ok(&server, guard.release().await);
+    }
+    assert_eq!(server.cli(&["GET", &counter]), (ahead + 2).to_string());
+}

@@ -40,7 +40,15 @@ end
 -- nothing yet: all or none.
 local owners, fences, marked = {}, {}, {}
 for i = 1, n do
-  local owner = redis.call('HGET', KEYS[i], 'owner')
+  local readers, marker, readers_waiting = KEYS[2 * n + i], KEYS[3 * n + i], KEYS[4 * n + i]
+  -- Most locks asked for are free and never had readers: one call tells
+  -- (each call a script makes costs Redis on its one thread), and only a
+  -- lock that has some of its keys is read further.
+  local untouched = redis.call('EXISTS', KEYS[i], readers, marker, readers_waiting) == 0
+  local owner = nil
+  if not untouched then
+    owner = redis.call('HGET', KEYS[i], 'owner')
+  end
   owners[i] = owner
   if owner and owner ~= ARGV[1] then
     blocked_for(redis.call('PTTL', KEYS[i]))
@@ -49,8 +57,7 @@ for i = 1, n do
       redis.call('HSET', KEYS[i], 'w', 1)
     end
   elseif not owner then
-    local readers, marker, readers_waiting = KEYS[2 * n + i], KEYS[3 * n + i], KEYS[4 * n + i]
-    if redis.call('EXISTS', readers, marker, readers_waiting) > 0 then
+    if not untouched and redis.call('EXISTS', readers, marker, readers_waiting) > 0 then
       local now = now_ms()
       local others = redis.call('ZCOUNT', readers, '(' .. now, '+inf')
       if holds_place(readers, ARGV[1]) then

@@ -71,9 +71,9 @@ end
 -- clock anew.
 local drawn = 0
 local function next_fence(counter, q)
-  local last = tonumber(redis.call('GET', counter) or '0') or 0
   local now = now_us()
   if q.ms > 0 and not up_for_at_least(q.ms, math.floor(now / 1000)) then
+    local last = tonumber(redis.call('GET', counter) or '0') or 0
     local uptime, run_id = server_info()
     if uptime < q.ms then
       local closed = q.ms - uptime
@@ -94,9 +94,18 @@ local function next_fence(counter, q)
       end
     end
   end
-  local fence = math.max(last + 1, now, drawn + 1)
+  -- The token is written and the counter read in one call (Redis runs
+  -- each call a script makes at a cost of its own): the clock is almost
+  -- always ahead of the counter, and when it is not (a clock set back, a
+  -- counter raised by Redlock, or tokens drawn faster than it ticks), the
+  -- counter is written once more, above what it held.
+  local fence = math.max(now, drawn + 1)
+  local last = tonumber(redis.call('SET', counter, string.format('%d', fence), 'GET') or '0') or 0
+  if last >= fence then
+    fence = last + 1
+    redis.call('SET', counter, string.format('%d', fence))
+  end
   drawn = fence
-  redis.call('SET', counter, string.format('%d', fence))
   return fence
 end
 
