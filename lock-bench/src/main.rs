@@ -393,7 +393,8 @@ two-call script. The difference in server time per pair is in the uncontended ta
 - **Commands sent** are the commands clients sent, each a round trip or part of a pipelined \
 one. Redis's `INFO commandstats` also counts every call a script makes; those are shown \
 separately as \"Redis calls (incl. in scripts)\", and told apart by name (the commands marked \
-`*` are only ever called from inside scripts in this benchmark).\n\
+`*` are only ever called from inside scripts in this benchmark; `SET` is the hand-written lock's \
+own command, and runs only inside scripts for the runtime, whose client never sends one).\n\
 - **Waiting.** The runtime's waiters subscribe to the lock's release channel and sleep until \
 the release is published; its `fair_lock` also queues them in arrival order, so that a release \
 goes to the next in line. The hand-written lock and rslock poll. rslock's `acquire` makes \

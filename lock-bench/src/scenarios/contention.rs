@@ -40,6 +40,12 @@ pub enum Holding {
 }
 
 impl Waiter {
+    /// Whether it is lock-runtime (whose `SET` calls run inside its
+    /// scripts, see [`CommandStats::of_runtime`]).
+    pub fn is_runtime(&self) -> bool {
+        matches!(self, Waiter::Ours(_) | Waiter::OursFair(_))
+    }
+
     /// The contention scenario's contenders.
     pub async fn all(url: &str) -> Result<Vec<Waiter>, BenchError> {
         let hand = HandLock::connect(url, "hand:").await?;
@@ -309,7 +315,8 @@ pub async fn run(ctx: &Ctx) -> Result<Contention, BenchError> {
                 measure::other_process_cpu(ctx.server.pid()).saturating_sub(server_cpu);
             let after = ctx.command_stats();
             let row = &mut rows[i];
-            row.stats.add(&before.delta(&after));
+            row.stats
+                .add(&before.delta(&after).of_runtime(waiters[i].is_runtime()));
             row.server_cpu += server_cpu;
             row.elapsed += elapsed;
             row.busiest += results.iter().map(|t| t.acquisitions).max().unwrap_or(0);

@@ -100,6 +100,12 @@ impl Contender {
         ])
     }
 
+    /// Whether it is lock-runtime (whose `SET` calls run inside its
+    /// scripts, see [`CommandStats::of_runtime`]).
+    pub fn is_runtime(&self) -> bool {
+        matches!(self, Contender::Ours(_))
+    }
+
     /// Its name in tables and charts.
     pub fn name(&self) -> &'static str {
         match self {

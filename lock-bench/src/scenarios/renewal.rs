@@ -192,7 +192,7 @@ async fn hold(
     let window = started.elapsed();
     let client_cpu = measure::process_cpu() - cpu0;
     let server_cpu = measure::other_process_cpu(ctx.server.pid()).saturating_sub(server_cpu0);
-    let stats = before.delta(&ctx.command_stats());
+    let stats = before.delta(&ctx.command_stats()).of_runtime(true);
     let lost = guards.iter().filter(|g| g.is_lost()).count();
     let renewing = locks.held();
 

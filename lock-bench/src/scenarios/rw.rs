@@ -250,7 +250,7 @@ pub async fn run(ctx: &Ctx) -> Result<Rw, BenchError> {
             writer_unfinished: Duration::ZERO,
             violations: 0,
             max_readers_inside,
-            stats: before.delta(&after),
+            stats: before.delta(&after).of_runtime(true),
         };
         for task in results {
             p.violations += task.violations;

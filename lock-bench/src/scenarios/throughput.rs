@@ -126,7 +126,9 @@ pub async fn run(ctx: &Ctx) -> Result<Throughput, BenchError> {
                 measure::other_process_cpu(ctx.server.pid()).saturating_sub(server_cpu);
             rows[i].elapsed += took;
             let after = ctx.command_stats();
-            rows[i].stats.add(&before.delta(&after));
+            rows[i]
+                .stats
+                .add(&before.delta(&after).of_runtime(contenders[i].is_runtime()));
             rows[i].pairs += pairs;
             rows[i].rounds.push(pairs as f64 / took.as_secs_f64());
         }

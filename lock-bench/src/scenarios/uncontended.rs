@@ -99,7 +99,8 @@ pub async fn run(ctx: &Ctx) -> Result<Uncontended, BenchError> {
             let row = &mut rows[i];
             row.client_cpu += client_cpu;
             row.server_cpu += server_cpu;
-            row.stats.add(&before.delta(&after));
+            row.stats
+                .add(&before.delta(&after).of_runtime(contender.is_runtime()));
             row.round_p50.push(us(samples.p50()));
             row.samples.extend(&samples);
         }
