@@ -16,6 +16,7 @@ use crate::base::error::LockError;
 use crate::base::kind::Kind;
 use crate::base::owner;
 use crate::engine::backend::{self, Backend, Topology};
+use crate::engine::handoffs::Offers;
 use crate::engine::wakeups::{OnDisconnect, Subscriber, Wakeups};
 use crate::engine::watchdog::{self, Registry};
 use crate::store::connection::{
@@ -59,6 +60,8 @@ pub(crate) struct Inner {
     pub(crate) config: Config,
     pub(crate) backend: Backend,
     pub(crate) wakeups: Wakeups,
+    /// Waiters a release of this client may hand a lock to.
+    pub(crate) offers: Offers,
     pub(crate) registry: Arc<Registry>,
     next_scope: AtomicU64,
     shutdown: CancellationToken,
@@ -587,6 +590,7 @@ impl LockClient {
                 config,
                 backend,
                 wakeups,
+                offers: Offers::default(),
                 registry,
                 next_scope: AtomicU64::new(1),
                 shutdown,

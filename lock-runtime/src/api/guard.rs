@@ -13,8 +13,9 @@ use tracing::Instrument;
 use crate::api::scope::{self, CurrentLock, Scope};
 use crate::base::keys::LockKeys;
 use crate::base::telemetry::Hold;
+use crate::engine::handoffs::{Answer, Taker};
 use crate::engine::watchdog::{self, Held};
-use crate::store::scripts::{Giving, Released};
+use crate::store::scripts::{Giving, HandedOn, Released, Stored};
 
 /// Proof of holding a lock. The watchdog renews the lock while the guard
 /// lives; [`release`](LockGuard::release) gives it back and reports how that
@@ -459,12 +460,67 @@ async fn give_back(
         keep,
         announce,
     };
+    // A lock a task of this client waits for goes straight to it (see
+    // `handoffs.rs`).
+    if let ([lock], Stored::Hash) = (&keys[..], stored)
+        && let Some(taker) = inner.offers.take(&lock.lock)
+    {
+        return hand_on(client, &label, lock, owner, giving, taker).await;
+    }
     let released = inner
         .backend
         .release(&label, &keys, stored, owner, giving)
         .await?;
     tracing::debug!(?released, "released");
     Ok(released)
+}
+
+/// Gives a lock back and hands it to the waiter `taker` of this client if
+/// it becomes free; tells the waiter what happened. A lock handed to a
+/// waiter that stopped waiting meanwhile is given back for it.
+async fn hand_on(
+    client: &LockClient,
+    label: &str,
+    lock: &LockKeys,
+    owner: &str,
+    giving: Giving,
+    taker: Taker,
+) -> Result<Vec<Released>, LockError> {
+    let backend = &client.inner.backend;
+    let sent = Instant::now();
+    let next = (&*taker.owner, taker.lease);
+    let outcome = backend.handoff(label, lock, owner, giving, next).await;
+    let answer = match &outcome {
+        Ok(HandedOn {
+            fence: Some(fence), ..
+        }) => Answer::Handed {
+            fence: *fence,
+            sent,
+        },
+        Ok(_) => Answer::Declined,
+        Err(_) => Answer::Unknown,
+    };
+    let waiter = taker.owner.clone();
+    // A waiter that stopped waiting meanwhile cannot give back what it may
+    // have been handed (a failed call may still have run): that is done
+    // here, after the handoff on the same connection.
+    if !taker.answer(answer) && answer != Answer::Declined {
+        tracing::debug!(key = %label, "the waiter a lock may have been handed to is gone; giving it back");
+        let giving = Giving {
+            announce: true,
+            ..Giving::ALL
+        };
+        let locks = std::slice::from_ref(lock);
+        if let Err(err) = backend
+            .release(label, locks, &Stored::Hash, &waiter, giving)
+            .await
+        {
+            tracing::debug!(key = %label, error = %err, "giving back a lock handed to a waiter that is gone failed; it expires after its lease");
+        }
+    }
+    let handed = outcome?;
+    tracing::debug!(released = ?handed.released, handed = handed.fence.is_some(), "released");
+    Ok(vec![handed.released])
 }
 
 impl Drop for LockGuard {

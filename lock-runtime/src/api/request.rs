@@ -10,15 +10,16 @@ use tracing::Instrument;
 use crate::api::client::LockClient;
 use crate::api::guard::{LockGuard, renewals};
 use crate::api::scope;
-use crate::base::config::MAX_LEASE;
+use crate::base::config::{MAX_LEASE, Replicas};
 use crate::base::error::LockError;
 use crate::base::keys::LockKeys;
 use crate::base::kind::Kind;
 use crate::base::telemetry::{self, Acquiring, Hold, Tracked};
 use crate::engine::backend::{Attempt, Times};
+use crate::engine::handoffs::{Answer, Offered};
 use crate::engine::wakeups::Wake;
 use crate::engine::watchdog::{Acquisition, DECLARE_EARLY};
-use crate::store::scripts::{Acquired, Giving, Released, Stored};
+use crate::store::scripts::{Acquired, Giving, Released, Stored, Taken};
 
 /// First pause before retrying an acquire that failed to reach Redis; it
 /// doubles up to 500 ms.
@@ -429,13 +430,26 @@ impl LockRequest {
         let mut backoff = RETRY_AFTER_ERROR;
         let mut last_error: Option<LockError>;
         let mut wait_in_turn = behind || registered_early;
+        // A waiter for one exclusive lock under an owner id of its own
+        // offers, while it sleeps, to be handed the lock by a release of
+        // this client (see `handoffs.rs`); its grant then comes from the
+        // release.
+        let offers = (self.kind == Kind::Exclusive
+            && keys.len() == 1
+            && scoped.is_none()
+            && inner.config.replicas(self.replicas).is_none()
+            && inner.backend.hands_on())
+        .then_some(&inner.offers);
+        let mut handed = None;
         loop {
             // Register for the wake-up before trying, so that a release
             // between this attempt and the sleep below still wakes us.
             let mut released = pin!(watch.notify().notified());
             released.as_mut().enable();
             let now = Instant::now();
-            let attempt = if std::mem::take(&mut wait_in_turn) {
+            let attempt = if let Some(handed) = handed.take() {
+                handed
+            } else if std::mem::take(&mut wait_in_turn) {
                 // Queued behind this process's waiters, or a fair waiter
                 // already registered for its turn: no holder's lease is
                 // known yet, so look again after a while in any case.
@@ -480,9 +494,33 @@ impl LockRequest {
             if in_line.is_some() {
                 wake = wake.min(now + FAIR_RETRY);
             }
-            tokio::select! {
-                _ = released => {}
-                _ = tokio::time::sleep_until(wake.min(deadline)) => {}
+            let mut offered = offers.map(|offers| offers.offer(&keys[0].lock, &owner, self.lease));
+            let answer = tokio::select! {
+                _ = released => None,
+                _ = tokio::time::sleep_until(wake.min(deadline)) => None,
+                answer = answer_to(&mut offered) => Some(answer),
+            };
+            // Not answered yet: withdrawn before trying again, or, when a
+            // release took it meanwhile, its answer awaited (trying under
+            // the same owner id now would count as a re-entry).
+            let answer = match (answer, offered) {
+                (Some(answer), _) => Some(answer),
+                (None, Some(offered)) => offered.withdraw().await,
+                (None, None) => None,
+            };
+            match answer {
+                Some(Answer::Handed { fence, sent }) => {
+                    let taken = [Taken { fence, count: 1 }];
+                    handed = Some(self.grant(&keys, &owner, &taken, (sent, None), span).await);
+                }
+                // The handoff failed or was dropped: what it may have
+                // handed to this owner id is given back.
+                Some(Answer::Unknown) => {
+                    owner = self.abandon(&keys, owner);
+                    Waiting::new_owner(&mut marked, &owner);
+                }
+                // Not handed on (still held, or others' turn): try at once.
+                Some(Answer::Declined) | None => {}
             }
         }
     }
@@ -547,8 +585,25 @@ impl LockRequest {
             Acquired::Held(taken) => taken,
             Acquired::Busy { ttl } => return Ok(Outcome::Busy { ttl }),
         };
-        let stored = attempt.stored();
-        let drift = times.drift;
+        self.grant(keys, owner, &taken, (sent, replicas), span)
+            .await
+    }
+
+    /// The guard for locks granted to `owner` (by an attempt sent at
+    /// `sent`, or handed on by a release sent then), or `Busy` when the
+    /// grant came too late to be held.
+    async fn grant(
+        &self,
+        keys: &[LockKeys],
+        owner: &Arc<str>,
+        taken: &[Taken],
+        (sent, replicas): (Instant, Option<Replicas>),
+        span: &tracing::Span,
+    ) -> Result<Outcome, LockError> {
+        let inner = &self.client.inner;
+        let backend = &inner.backend;
+        let stored = Stored::for_kind(self.kind, &keys[0]);
+        let drift = inner.config.drift_for(self.lease);
         // A grant whose answer came after its validity deadline (the lease
         // from sending, less the drift) is no use: Redis may have expired it
         // and granted it to another already, while this process was frozen
@@ -584,7 +639,7 @@ impl LockRequest {
             .names
             .iter()
             .zip(keys)
-            .zip(&taken)
+            .zip(taken)
             .map(|((name, keys), taken)| {
                 inner.registry.hold(Acquisition {
                     name,
@@ -639,6 +694,14 @@ impl LockRequest {
             key: self.label.clone(),
             waited: started.elapsed(),
         }
+    }
+}
+
+/// The answer to a waiter's offer, if it made one; otherwise never.
+async fn answer_to(offered: &mut Option<Offered<'_>>) -> Answer {
+    match offered {
+        Some(offered) => offered.answered().await,
+        None => std::future::pending().await,
     }
 }
 

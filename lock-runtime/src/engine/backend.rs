@@ -55,7 +55,7 @@ use crate::base::keys::{LockKeys, slot};
 use crate::base::kind::Kind;
 use crate::store::node::Node;
 use crate::store::scripts::{
-    Acquire, Acquired, Call, Giving, Released, Renewing, Stored, Taken, calls,
+    Acquire, Acquired, Call, Giving, HandedOn, Released, Renewing, Stored, Taken, calls,
 };
 
 /// How the deployment is reached.
@@ -222,6 +222,44 @@ impl Backend {
         Ok((0..locks.len())
             .map(|i| merge_released(per_store.iter().map(|store| store[i])))
             .collect())
+    }
+
+    /// Whether a release may hand a lock straight to a waiter of the same
+    /// client (see `handoffs.rs`). Not on Redlock: a lock handed on by some
+    /// masters and released by others would leave the waiter without a
+    /// quorum, and a round of the waiter's own is needed anyway.
+    pub(crate) fn hands_on(&self) -> bool {
+        !matches!(*self.topology, Topology::Quorum(_))
+    }
+
+    /// Gives back what `owner` holds of the exclusive lock `lock` (as
+    /// [`release`](Self::release) does) and, when it becomes free, hands it
+    /// to `next` for `lease` (`handoff.lua`). Where locks are not handed on
+    /// ([`hands_on`](Self::hands_on)), a plain release.
+    pub(crate) async fn handoff(
+        &self,
+        name: &str,
+        lock: &LockKeys,
+        owner: &str,
+        giving: Giving,
+        (next, lease): (&str, Duration),
+    ) -> Result<HandedOn, LockError> {
+        match &*self.topology {
+            Topology::Single(node) | Topology::Cluster(node) => {
+                let call = calls::handoff(lock, owner, giving, next, lease);
+                node.handoff(name, &call).await
+            }
+            Topology::Quorum(_) => {
+                let locks = std::slice::from_ref(lock);
+                let released = self
+                    .release(name, locks, &Stored::Hash, owner, giving)
+                    .await?;
+                Ok(HandedOn {
+                    released: released.first().copied().unwrap_or_default(),
+                    fence: None,
+                })
+            }
+        }
     }
 
     /// Takes back the turn-taking marks of a writer or reader that stopped

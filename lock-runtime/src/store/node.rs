@@ -14,7 +14,7 @@ use crate::base::error::LockError;
 use crate::store::coalesce::{Coalescer, Failure, Lane, Reply, Transport};
 use crate::store::connection::Conn;
 use crate::store::scripts::{
-    Acquire, Acquired, Call, Quarantine, Released, acquired, released, unexpected,
+    Acquire, Acquired, Call, HandedOn, Quarantine, Released, acquired, released, unexpected,
 };
 
 /// One lock store: a server, a Sentinel-followed master, or a whole Cluster
@@ -112,6 +112,19 @@ impl Node {
             return Err(unexpected(name, call.script_name(), &left));
         }
         Ok(left.into_iter().map(released).collect())
+    }
+
+    /// Runs a handoff call (`handoff.lua`): what the release did, and the
+    /// waiter's fencing token when the lock was handed to it.
+    pub(crate) async fn handoff(&self, name: &str, call: &Call) -> Result<HandedOn, LockError> {
+        let reply: Vec<i64> = self.coalesced(name, call, None).await?;
+        match reply[..] {
+            [left, fence] if fence >= 0 => Ok(HandedOn {
+                released: released(left),
+                fence: (fence > 0).then_some(fence as u64),
+            }),
+            _ => Err(unexpected(name, call.script_name(), &reply)),
+        }
     }
 
     /// Runs a renewal call within `timeout` (at most the usual one): `true`

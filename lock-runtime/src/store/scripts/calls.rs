@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use super::{
-    ACQUIRE, Call, FAIR_ACQUIRE, FAIR_LEAVE, FENCE_RAISE, FORCE_RELEASE, Giving, INSPECT,
+    ACQUIRE, Call, FAIR_ACQUIRE, FAIR_LEAVE, FENCE_RAISE, FORCE_RELEASE, Giving, HANDOFF, INSPECT,
     PERMIT_ACQUIRE, PLACE_RELEASE, Place, READ_ACQUIRE, RELEASE, RENEW, Renewing, Stored,
     TURN_LEAVE,
 };
@@ -155,6 +155,43 @@ pub(crate) fn release(locks: &[LockKeys], stored: &Stored, owner: &str, giving: 
         }
     };
     call.idempotent(giving.all)
+}
+
+/// How many times in a row a lock that waiters of other clients marked is
+/// handed from one waiter of a client to the next before it is released
+/// and announced to all (see `handoff.lua`).
+pub(crate) const HANDOFFS_IN_A_ROW: u32 = 8;
+
+/// `handoff.lua`: gives back what `owner` holds of the exclusive `lock`
+/// (as [`release`] does) and, when it becomes free, hands it to `next`, a
+/// waiter of the same client, for `lease`.
+pub(crate) fn handoff(
+    lock: &LockKeys,
+    owner: &str,
+    giving: Giving,
+    next: &str,
+    lease: Duration,
+) -> Call {
+    let keys = vec![
+        lock.lock.clone(),
+        lock.channel(),
+        lock.queue(),
+        lock.queue_alive(),
+        lock.fence.to_string(),
+        lock.readers(),
+        lock.writer_waiting(),
+        lock.readers_waiting(),
+    ];
+    let args = vec![
+        owner.to_owned(),
+        flag(giving.all),
+        giving.keep.as_millis().to_string(),
+        flag(giving.announce),
+        next.to_owned(),
+        millis(lease),
+        HANDOFFS_IN_A_ROW.to_string(),
+    ];
+    Call::new(&HANDOFF, keys, args).quarantined()
 }
 
 /// `renew.lua`: renews `items` in one call, each for its own lease.

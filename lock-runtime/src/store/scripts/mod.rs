@@ -21,7 +21,7 @@ use redis::{Script, ScriptInvocation};
 use crate::base::keys::LockKeys;
 use crate::base::kind::Kind;
 
-pub(crate) use replies::{Acquired, Released, Taken, acquired, released, unexpected};
+pub(crate) use replies::{Acquired, HandedOn, Released, Taken, acquired, released, unexpected};
 
 /// One script in its four forms: release messages sent with PUBLISH, or
 /// with SPUBLISH (sharded pub/sub, for a Cluster); run alone, or several
@@ -59,16 +59,18 @@ impl std::fmt::Debug for ScriptPair {
 /// A script with the shared helpers of `prelude.lua` in front of it, then
 /// the helper files it names (`fence.lua`, `places.lua`, `line.lua`: only
 /// those it uses, as Redis makes each helper's closure anew at every call),
-/// its body a function of KEYS and ARGV (so that `batch.lua` can run it
-/// once per call of a batch), and what runs it after.
+/// then other scripts it runs as functions of their KEYS and ARGV (the
+/// handoff runs the release), its body a function of KEYS and ARGV (so that
+/// `batch.lua` can run it once per call of a batch), and what runs it after.
 macro_rules! script_text {
-    ($publish:literal, $file:literal, [$($part:literal),*], $run:expr) => {
+    ($publish:literal, $file:literal, [$($part:literal),*], [$($func:literal = $body:literal),*], $run:expr) => {
         concat!(
             "local PUBLISH = '",
             $publish,
             "'\n",
             include_str!("prelude.lua"),
             $(include_str!($part),)*
+            $("local function ", $func, "(KEYS, ARGV)\n", include_str!($body), "\nend\n",)*
             "local function run(KEYS, ARGV)\n",
             include_str!($file),
             "\nend\n",
@@ -78,18 +80,38 @@ macro_rules! script_text {
 }
 
 /// A script in its four forms (see [`ScriptPair`]), with the helper files
-/// it uses besides `prelude.lua`.
+/// it uses besides `prelude.lua`, and after `;` the scripts it runs as
+/// functions (`name = "file.lua"`).
 macro_rules! script {
-    ($file:literal $(, $part:literal)*) => {
+    ($file:literal $(, $part:literal)* $(; $($func:literal = $body:literal),*)?) => {
         LazyLock::new(|| ScriptPair {
             name: $file,
-            plain: Script::new(script_text!("PUBLISH", $file, [$($part),*], "return run(KEYS, ARGV)\n")),
-            sharded: Script::new(script_text!("SPUBLISH", $file, [$($part),*], "return run(KEYS, ARGV)\n")),
-            plain_batch: Script::new(script_text!("PUBLISH", $file, [$($part),*], include_str!("batch.lua"))),
+            plain: Script::new(script_text!(
+                "PUBLISH",
+                $file,
+                [$($part),*],
+                [$($($func = $body),*)?],
+                "return run(KEYS, ARGV)\n"
+            )),
+            sharded: Script::new(script_text!(
+                "SPUBLISH",
+                $file,
+                [$($part),*],
+                [$($($func = $body),*)?],
+                "return run(KEYS, ARGV)\n"
+            )),
+            plain_batch: Script::new(script_text!(
+                "PUBLISH",
+                $file,
+                [$($part),*],
+                [$($($func = $body),*)?],
+                include_str!("batch.lua")
+            )),
             sharded_batch: Script::new(script_text!(
                 "SPUBLISH",
                 $file,
                 [$($part),*],
+                [$($($func = $body),*)?],
                 include_str!("batch.lua")
             )),
         })
@@ -98,6 +120,8 @@ macro_rules! script {
 
 static ACQUIRE: LazyLock<ScriptPair> = script!("acquire.lua", "fence.lua", "places.lua");
 static RELEASE: LazyLock<ScriptPair> = script!("release.lua", "line.lua");
+static HANDOFF: LazyLock<ScriptPair> =
+    script!("handoff.lua", "fence.lua", "line.lua"; "give_back" = "release.lua");
 static RENEW: LazyLock<ScriptPair> = script!("renew.lua");
 static PERMIT_ACQUIRE: LazyLock<ScriptPair> = script!("permit_acquire.lua", "fence.lua");
 static READ_ACQUIRE: LazyLock<ScriptPair> = script!("read_acquire.lua", "fence.lua", "places.lua");

@@ -34,6 +34,14 @@ pub(crate) enum Released {
     NotHeld,
 }
 
+/// What a handoff (`handoff.lua`) did: the release's outcome for the
+/// releaser, and the token of the waiter the lock was handed to, if it was.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct HandedOn {
+    pub(crate) released: Released,
+    pub(crate) fence: Option<u64>,
+}
+
 /// Reads the acquire scripts' reply for `locks` locks.
 pub(crate) fn acquired(name: &str, locks: usize, reply: &[i64]) -> Result<Acquired, LockError> {
     match reply {

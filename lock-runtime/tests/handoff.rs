@@ -1,0 +1,153 @@
+//! Handoff: a release gives the lock straight to a waiting task of its own
+//! client, which holds it when the answer comes (`handoff.lua`).
+
+mod common;
+
+use std::time::Duration;
+
+use common::{client, clients, ok, spawn_acquire, start_server_with_clients, within};
+use lock_testkit::{RedisServer, unique_key};
+
+/// Script calls the server ran so far (not those refused: the first call
+/// of a script the server does not have yet is refused, then sent again).
+fn script_calls(server: &RedisServer) -> u64 {
+    let stats = server.cli(&["INFO", "commandstats"]);
+    let field = |line: &str, name: &str| -> u64 {
+        line.split(&format!("{name}="))
+            .nth(1)
+            .and_then(|rest| rest.split(',').next())
+            .and_then(|n| n.trim().parse().ok())
+            .unwrap_or(0)
+    };
+    stats
+        .lines()
+        .filter(|line| line.starts_with("cmdstat_evalsha:") || line.starts_with("cmdstat_eval:"))
+        .map(|line| {
+            field(line, "calls") - field(line, "rejected_calls") - field(line, "failed_calls")
+        })
+        .sum()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_hands_the_lock_to_a_waiting_task_of_its_client() {
+    let (server, [locks]) = start_server_with_clients().await;
+    let name = unique_key("handoff");
+    let lease = Duration::from_secs(30);
+    let first = ok(
+        &server,
+        locks.lock(name.as_str()).lease(lease).acquire().await,
+    );
+    let waiting = spawn_acquire(
+        locks
+            .lock(name.as_str())
+            .lease(lease)
+            .wait(Duration::from_secs(10)),
+    );
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(!waiting.is_finished(), "waits while the lock is held");
+
+    let before = script_calls(&server);
+    let first_fence = first.fence();
+    ok(&server, first.release().await);
+    let (_, taken) = within(&server, Duration::from_secs(5), "the waiter", waiting)
+        .await
+        .unwrap();
+    let second = ok(&server, taken);
+    // The release was the only call: the waiter did not try again.
+    assert_eq!(
+        script_calls(&server) - before,
+        1,
+        "one call from release to the next holder"
+    );
+    assert!(
+        second.fence() > first_fence,
+        "a new token: {} after {first_fence}",
+        second.fence()
+    );
+    let holder = server.cli(&["HGET", &common::lock_key(&name), "owner"]);
+    assert!(!holder.trim().is_empty(), "held in Redis");
+    ok(&server, second.release().await);
+    assert_eq!(
+        server.cli(&["EXISTS", &common::lock_key(&name)]).trim(),
+        "0"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lock_handed_to_a_waiter_that_stopped_waiting_is_given_back() {
+    let (server, [locks, other]) = start_server_with_clients().await;
+    let name = unique_key("handoff-gone");
+    let lease = Duration::from_secs(60);
+    let first = ok(
+        &server,
+        locks.lock(name.as_str()).lease(lease).acquire().await,
+    );
+    let waiting = spawn_acquire(
+        locks
+            .lock(name.as_str())
+            .lease(lease)
+            .wait(Duration::from_secs(30)),
+    );
+    tokio::time::sleep(Duration::from_millis(300)).await;
+
+    // The handoff is under way (the server is paused) when the waiter
+    // stops waiting.
+    server.pause();
+    let releasing = tokio::spawn(first.release());
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    waiting.abort();
+    let _ = waiting.await;
+    server.resume();
+    let _ = releasing.await;
+
+    // Given back for the waiter: another client takes it well within the
+    // 60 s lease the waiter asked for.
+    let taken = ok(
+        &server,
+        other
+            .lock(name.as_str())
+            .wait(Duration::from_secs(10))
+            .acquire()
+            .await,
+    );
+    ok(&server, taken.release().await);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiters_of_another_client_are_not_starved_by_handoffs() {
+    let server = RedisServer::start();
+    let [busy] = clients(&server).await;
+    let other = client(&server).await;
+    let name = unique_key("handoff-fair");
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    // Four tasks of one client pass the lock between them without a pause.
+    let mut tasks = Vec::new();
+    for _ in 0..4 {
+        let (locks, name, stop) = (busy.clone(), name.clone(), stop.clone());
+        tasks.push(tokio::spawn(async move {
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                if let Ok(guard) = locks
+                    .lock(name.as_str())
+                    .wait(Duration::from_secs(30))
+                    .acquire()
+                    .await
+                {
+                    tokio::time::sleep(Duration::from_millis(2)).await;
+                    let _ = guard.release().await;
+                }
+            }
+        }));
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let taken = other
+        .lock(name.as_str())
+        .wait(Duration::from_secs(10))
+        .acquire()
+        .await;
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let guard = ok(&server, taken);
+    ok(&server, guard.release().await);
+    for task in tasks {
+        task.await.unwrap();
+    }
+}
