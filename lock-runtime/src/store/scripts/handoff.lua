@@ -39,12 +39,8 @@ if held[1] == ARGV[1] and last and not held[3] and ARGV[3] == '0'
     and redis.call('EXISTS', KEYS[6], KEYS[7], KEYS[8]) == 0 then
   local fence = next_fence(KEYS[5], quarantine_at(ARGV, 8))
   if fence then
-    redis.call('DEL', KEYS[1])
-    if held[4] then
-      redis.call('HSET', KEYS[1], 'owner', ARGV[5], 'count', 1, 'fence', fence, 'w', 1, 'h', chain + 1)
-    else
-      redis.call('HSET', KEYS[1], 'owner', ARGV[5], 'count', 1, 'fence', fence, 'h', chain + 1)
-    end
+    -- The hash is written over: a mark ("w") stays with the new holder.
+    redis.call('HSET', KEYS[1], 'owner', ARGV[5], 'count', 1, 'fence', fence, 'h', chain + 1)
     redis.call('PEXPIRE', KEYS[1], ARGV[6])
     return {0, fence}
   end
