@@ -224,9 +224,12 @@ async fn a_release_names_no_waiter_that_is_gone() {
     // A second waiter lines up before the dead one's place lapses, then
     // stops trying without leaving (its future is never dropped), so that
     // nothing but the release itself could drop the dead one from the line.
+    // It is another client's: a waiter of the releasing client would be
+    // handed the lock, with no message (see handoff.rs).
     tokio::time::sleep(Duration::from_millis(2000)).await;
+    let other = client(server).await;
     let mut second = Box::pin(
-        locks
+        other
             .fair_lock(name.as_str())
             .wait(Duration::from_secs(30))
             .acquire(),

@@ -151,3 +151,77 @@ async fn waiters_of_another_client_are_not_starved_by_handoffs() {
         task.await.unwrap();
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fair_release_hands_the_lock_to_the_first_in_line() {
+    let (server, [locks]) = start_server_with_clients().await;
+    let name = unique_key("handoff-line");
+    let lease = Duration::from_secs(30);
+    let first = ok(
+        &server,
+        locks.fair_lock(name.as_str()).lease(lease).acquire().await,
+    );
+    let fair = |locks: &lock_runtime::LockClient| {
+        locks
+            .fair_lock(name.as_str())
+            .lease(lease)
+            .wait(Duration::from_secs(10))
+    };
+    let second = spawn_acquire(fair(&locks));
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    let third = spawn_acquire(fair(&locks));
+    tokio::time::sleep(Duration::from_millis(150)).await;
+
+    let before = script_calls(&server);
+    let first_fence = first.fence();
+    ok(&server, first.release().await);
+    let (_, taken) = within(&server, Duration::from_secs(5), "the second", second)
+        .await
+        .unwrap();
+    let second = ok(&server, taken);
+    assert!(!third.is_finished(), "the third waits for the second");
+    ok(&server, second.release().await);
+    let (_, taken) = within(&server, Duration::from_secs(5), "the third", third)
+        .await
+        .unwrap();
+    let third = ok(&server, taken);
+    // Each release handed the lock on: no waiter tried again.
+    assert_eq!(script_calls(&server) - before, 2, "one call per turn");
+    assert!(third.fence() > first_fence);
+    ok(&server, third.release().await);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fair_lock_is_not_handed_past_the_first_in_line_of_another_client() {
+    let (server, [locks, other]) = start_server_with_clients().await;
+    let name = unique_key("handoff-other-first");
+    let lease = Duration::from_secs(30);
+    let fair = |locks: &lock_runtime::LockClient| {
+        locks
+            .fair_lock(name.as_str())
+            .lease(lease)
+            .wait(Duration::from_secs(10))
+    };
+    let held = ok(&server, fair(&locks).acquire().await);
+    // First in line: a waiter of another client; then one of this client.
+    let remote = spawn_acquire(fair(&other));
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    let local = spawn_acquire(fair(&locks));
+    tokio::time::sleep(Duration::from_millis(150)).await;
+
+    ok(&server, held.release().await);
+    let (_, taken) = within(&server, Duration::from_secs(5), "the first in line", remote)
+        .await
+        .unwrap();
+    let remote = ok(&server, taken);
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(
+        !local.is_finished(),
+        "the second in line waits for the first"
+    );
+    ok(&server, remote.release().await);
+    let (_, taken) = within(&server, Duration::from_secs(5), "the second in line", local)
+        .await
+        .unwrap();
+    ok(&server, ok(&server, taken).release().await);
+}

@@ -13,8 +13,9 @@ use tracing::Instrument;
 use crate::api::scope::{self, CurrentLock, Scope};
 use crate::base::keys::LockKeys;
 use crate::base::telemetry::Hold;
-use crate::engine::handoffs::{Answer, Taker};
+use crate::engine::handoffs::{Answer, Offer};
 use crate::engine::watchdog::{self, Held};
+use crate::store::scripts::calls::Next;
 use crate::store::scripts::{Giving, HandedOn, Released, Stored};
 
 /// Proof of holding a lock. The watchdog renews the lock while the guard
@@ -460,12 +461,13 @@ async fn give_back(
         keep,
         announce,
     };
-    // A lock a task of this client waits for goes straight to it (see
-    // `handoffs.rs`).
-    if let ([lock], Stored::Hash) = (&keys[..], stored)
-        && let Some(taker) = inner.offers.take(&lock.lock)
-    {
-        return hand_on(client, &label, lock, owner, giving, taker).await;
+    // A lock tasks of this client wait for goes straight to the one whose
+    // turn it is (see `handoffs.rs`).
+    if let ([lock], Stored::Hash) = (&keys[..], stored) {
+        let taken = inner.offers.take(&lock.lock);
+        if !taken.is_empty() {
+            return hand_on(client, &label, lock, owner, giving, taken).await;
+        }
     }
     let released = inner
         .backend
@@ -475,43 +477,57 @@ async fn give_back(
     Ok(released)
 }
 
-/// Gives a lock back and hands it to the waiter `taker` of this client if
-/// it becomes free; tells the waiter what happened. A lock handed to a
-/// waiter that stopped waiting meanwhile is given back for it.
+/// Gives a lock back and, if it becomes free, hands it to the one of the
+/// waiters `taken` of this client whose turn it is, and tells it (see
+/// `handoffs.rs`). A lock that may have been handed to a waiter that
+/// stopped waiting meanwhile is given back for it.
 async fn hand_on(
     client: &LockClient,
     label: &str,
     lock: &LockKeys,
     owner: &str,
     giving: Giving,
-    taker: Taker,
+    taken: Vec<Offer>,
 ) -> Result<Vec<Released>, LockError> {
-    let backend = &client.inner.backend;
+    let inner = &client.inner;
     let sent = Instant::now();
-    let next = (&*taker.owner, taker.lease);
-    let outcome = backend.handoff(label, lock, owner, giving, next).await;
-    let answer = match &outcome {
+    let offers: Vec<Next<'_>> = taken
+        .iter()
+        .map(|offer| Next {
+            owner: &offer.owner,
+            lease: offer.lease,
+            fair: offer.fair,
+        })
+        .collect();
+    let outcome = inner
+        .backend
+        .handoff(label, lock, owner, giving, &offers)
+        .await;
+    drop(offers);
+    let answer = |i: usize| match &outcome {
         Ok(HandedOn {
-            fence: Some(fence), ..
-        }) => Answer::Handed {
+            to: Some((to, fence)),
+            ..
+        }) if *to == i => Answer::Handed {
             fence: *fence,
             sent,
         },
-        Ok(_) => Answer::Declined,
+        Ok(HandedOn { to: Some(_), .. }) => Answer::Passed,
+        Ok(HandedOn { to: None, .. }) => Answer::Declined,
         Err(_) => Answer::Unknown,
     };
-    let waiter = taker.owner.clone();
     // A waiter that stopped waiting meanwhile cannot give back what it may
     // have been handed (a failed call may still have run): that is done
     // here, after the handoff on the same connection.
-    if !taker.answer(answer) && answer != Answer::Declined {
+    for waiter in inner.offers.settle(&lock.lock, taken, answer) {
         tracing::debug!(key = %label, "the waiter a lock may have been handed to is gone; giving it back");
         let giving = Giving {
             announce: true,
             ..Giving::ALL
         };
         let locks = std::slice::from_ref(lock);
-        if let Err(err) = backend
+        if let Err(err) = inner
+            .backend
             .release(label, locks, &Stored::Hash, &waiter, giving)
             .await
         {
@@ -519,7 +535,7 @@ async fn hand_on(
         }
     }
     let handed = outcome?;
-    tracing::debug!(released = ?handed.released, handed = handed.fence.is_some(), "released");
+    tracing::debug!(released = ?handed.released, handed = handed.to.is_some(), "released");
     Ok(vec![handed.released])
 }
 

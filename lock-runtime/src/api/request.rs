@@ -430,17 +430,22 @@ impl LockRequest {
         let mut backoff = RETRY_AFTER_ERROR;
         let mut last_error: Option<LockError>;
         let mut wait_in_turn = behind || registered_early;
-        // A waiter for one exclusive lock under an owner id of its own
-        // offers, while it sleeps, to be handed the lock by a release of
-        // this client (see `handoffs.rs`); its grant then comes from the
-        // release.
-        let offers = (self.kind == Kind::Exclusive
+        // A waiter for one exclusive or fair lock under an owner id of its
+        // own offers, while it sleeps, to be handed the lock by a release
+        // of this client (see `handoffs.rs`); its grant then comes from
+        // the release.
+        let fair = self.kind == Kind::Fair;
+        let offers = (matches!(self.kind, Kind::Exclusive | Kind::Fair)
             && keys.len() == 1
             && scoped.is_none()
             && inner.config.replicas(self.replicas).is_none()
             && inner.backend.hands_on())
         .then_some(&inner.offers);
         let mut handed = None;
+        // When this waiter last tried: one that is told to wait on still
+        // tries at least every FAIR_RETRY, which keeps its place in line
+        // (and its marks) from lapsing.
+        let mut tried_at = Instant::now();
         loop {
             // Register for the wake-up before trying, so that a release
             // between this attempt and the sleep below still wakes us.
@@ -458,6 +463,7 @@ impl LockRequest {
                     ttl: Some(first_busy.map_or(look_again, |ttl| ttl.min(look_again))),
                 })
             } else {
+                tried_at = now;
                 self.attempt(&keys, &owner, deadline, span).await
             };
             let mut wake = match attempt {
@@ -494,7 +500,8 @@ impl LockRequest {
             if in_line.is_some() {
                 wake = wake.min(now + FAIR_RETRY);
             }
-            let mut offered = offers.map(|offers| offers.offer(&keys[0].lock, &owner, self.lease));
+            let mut offered =
+                offers.map(|offers| offers.offer(&keys[0].lock, &owner, self.lease, fair));
             let answer = tokio::select! {
                 _ = released => None,
                 _ = tokio::time::sleep_until(wake.min(deadline)) => None,
@@ -514,11 +521,18 @@ impl LockRequest {
                     handed = Some(self.grant(&keys, &owner, &taken, (sent, None), span).await);
                 }
                 // The handoff failed or was dropped: what it may have
-                // handed to this owner id is given back.
+                // handed to this owner id is given back (a fair waiter
+                // starts again at the back of the line, as the handoff may
+                // have taken it out).
                 Some(Answer::Unknown) => {
                     owner = self.abandon(&keys, owner);
                     Waiting::new_owner(&mut marked, &owner);
+                    Waiting::new_owner(&mut in_line, &owner);
                 }
+                // Handed to another waiter of this client, so still taken:
+                // wait on, unless it is time to try (which keeps a fair
+                // waiter's place in line).
+                Some(Answer::Passed) => wait_in_turn = tried_at.elapsed() < FAIR_RETRY,
                 // Not handed on (still held, or others' turn): try at once.
                 Some(Answer::Declined) | None => {}
             }

@@ -54,6 +54,7 @@ use crate::base::error::LockError;
 use crate::base::keys::{LockKeys, slot};
 use crate::base::kind::Kind;
 use crate::store::node::Node;
+use crate::store::scripts::calls::Next;
 use crate::store::scripts::{
     Acquire, Acquired, Call, Giving, HandedOn, Released, Renewing, Stored, Taken, calls,
 };
@@ -232,21 +233,21 @@ impl Backend {
         !matches!(*self.topology, Topology::Quorum(_))
     }
 
-    /// Gives back what `owner` holds of the exclusive lock `lock` (as
+    /// Gives back what `owner` holds of the lock hash `lock` (as
     /// [`release`](Self::release) does) and, when it becomes free, hands it
-    /// to `next` for `lease` (`handoff.lua`). Where locks are not handed on
-    /// ([`hands_on`](Self::hands_on)), a plain release.
+    /// to the one of `offers` whose turn it is (`handoff.lua`). Where locks
+    /// are not handed on ([`hands_on`](Self::hands_on)), a plain release.
     pub(crate) async fn handoff(
         &self,
         name: &str,
         lock: &LockKeys,
         owner: &str,
         giving: Giving,
-        (next, lease): (&str, Duration),
+        offers: &[Next<'_>],
     ) -> Result<HandedOn, LockError> {
         match &*self.topology {
             Topology::Single(node) | Topology::Cluster(node) => {
-                let call = calls::handoff(lock, owner, giving, next, lease);
+                let call = calls::handoff(lock, owner, giving, offers);
                 node.handoff(name, &call).await
             }
             Topology::Quorum(_) => {
@@ -256,7 +257,7 @@ impl Backend {
                     .await?;
                 Ok(HandedOn {
                     released: released.first().copied().unwrap_or_default(),
-                    fence: None,
+                    to: None,
                 })
             }
         }

@@ -1,19 +1,24 @@
 //! Waiters a release of their own client may hand a lock to.
 //!
-//! A task waiting for an exclusive lock *offers* to take it while it
-//! sleeps. A task of the same client that releases that lock takes the
-//! first offer and sends `handoff.lua` in place of its release: if the lock
-//! becomes free, Redis gives it to the waiter in the same step, and the
-//! waiter holds it when the answer comes, without being woken to try again.
-//! Only waiters in this process can be handed a lock this way: the
-//! releaser needs the waiter's owner id and lease, and the answer reaches
-//! the waiter through memory, not through Redis.
+//! A task waiting for an exclusive or fair lock *offers* to take it while
+//! it sleeps. A task of the same client that releases that lock takes the
+//! open offers and sends `handoff.lua` in place of its release: if the lock
+//! becomes free, Redis gives it to the waiter whose turn it is (the first
+//! plain waiter; for a fair lock, the first in line if it is among them) in
+//! the same step, and that waiter holds it when the answer comes, without
+//! being woken to try again. Only waiters in this process can be handed a
+//! lock this way: the releaser needs the waiter's owner id and lease, and
+//! the answer reaches the waiter through memory, not through Redis.
 //!
-//! An offer is taken out of the queue by exactly one side: the releaser
-//! (which then always answers it) or the waiter withdrawing it before it
-//! tries again (which then gets no answer). A waiter that finds its offer
-//! already taken waits for the answer instead of trying: trying meanwhile
-//! under the same owner id would count as a re-entry.
+//! An offer is in one of three places: open (in its lock's queue), taken
+//! (a handoff naming it is under way), or answered. A waiter withdraws an
+//! open offer before it tries again; one that finds its offer taken waits
+//! for the answer instead, since trying meanwhile under the same owner id
+//! would count as a re-entry. Once the handoff's answer is in, the releaser
+//! answers the waiter it was handed to, and every waiter when the call
+//! failed; the other offers go back to the front of the queue, in their
+//! order, without waking their waiters, unless a waiter asked for its
+//! answer meanwhile.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -23,15 +28,23 @@ use std::time::Duration;
 use tokio::sync::oneshot;
 use tokio::time::Instant;
 
+/// The most offers one release takes: a fair lock's first in line is
+/// usually among the first few.
+const MOST_TAKEN: usize = 16;
+
 /// The answer to an offer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Answer {
     /// The lock is the waiter's, with this fencing token; its lease runs
     /// from no earlier than `sent`, when the handoff was sent.
     Handed { fence: u64, sent: Instant },
-    /// The lock was not handed on (still held, kept, or others' turn): the
-    /// waiter tries as usual.
+    /// The lock was not handed on (still held, kept, or not this waiter's
+    /// turn): a plain waiter tries as usual; a fair one waits on, as a
+    /// release names the first in line.
     Declined,
+    /// The lock was handed to another waiter of this client: still taken,
+    /// so the waiter waits on without trying.
+    Passed,
     /// The handoff failed or was dropped while under way: the lock may or
     /// may not be the waiter's.
     Unknown,
@@ -40,32 +53,29 @@ pub(crate) enum Answer {
 /// Offers to take locks, by lock key, in the order they were made.
 #[derive(Debug, Default)]
 pub(crate) struct Offers {
-    by_lock: Mutex<HashMap<String, VecDeque<Offer>>>,
+    places: Mutex<Places>,
     next_id: AtomicU64,
 }
 
-#[derive(Debug)]
-struct Offer {
-    id: u64,
-    taker: Taker,
+#[derive(Debug, Default)]
+struct Places {
+    /// Open offers, by lock key.
+    open: HashMap<String, VecDeque<Offer>>,
+    /// Taken offers, by id: whether their waiter wants its answer (it
+    /// would have withdrawn the offer to try again).
+    taken: HashMap<u64, bool>,
 }
 
-/// An offer taken by a releaser: whom to hand the lock to, and for how
-/// long. Dropping it unanswered answers [`Answer::Unknown`].
+/// A waiter's offer: whom to hand the lock to, and for how long.
 #[derive(Debug)]
-pub(crate) struct Taker {
+pub(crate) struct Offer {
+    id: u64,
     pub(crate) owner: Arc<str>,
     pub(crate) lease: Duration,
+    /// A fair waiter, served in its line's order.
+    pub(crate) fair: bool,
+    /// Dropped unanswered, it answers [`Answer::Unknown`].
     answer: oneshot::Sender<Answer>,
-}
-
-impl Taker {
-    /// Tells the waiter; `false` when it is gone (stopped waiting while
-    /// the handoff was under way), so that a lock handed to it can be
-    /// given back.
-    pub(crate) fn answer(self, answer: Answer) -> bool {
-        self.answer.send(answer).is_ok()
-    }
 }
 
 /// A waiter's open offer; withdrawn when dropped.
@@ -77,24 +87,35 @@ pub(crate) struct Offered<'a> {
 }
 
 impl Offers {
-    fn by_lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, VecDeque<Offer>>> {
-        // Only pushed to and taken from; a panic cannot leave it torn.
-        self.by_lock.lock().unwrap_or_else(|e| e.into_inner())
+    fn places(&self) -> std::sync::MutexGuard<'_, Places> {
+        // Offers are only moved between the maps; a panic cannot leave
+        // one half moved.
+        self.places.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Offers to take the lock `key` as `owner` for `lease`.
-    pub(crate) fn offer(&self, key: &str, owner: &Arc<str>, lease: Duration) -> Offered<'_> {
+    /// Offers to take the lock `key` as `owner` for `lease`, as a fair
+    /// waiter or a plain one.
+    pub(crate) fn offer(
+        &self,
+        key: &str,
+        owner: &Arc<str>,
+        lease: Duration,
+        fair: bool,
+    ) -> Offered<'_> {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let (answer, receiver) = oneshot::channel();
-        let taker = Taker {
+        let offer = Offer {
+            id,
             owner: owner.clone(),
             lease,
+            fair,
             answer,
         };
-        self.by_lock()
+        self.places()
+            .open
             .entry(key.to_owned())
             .or_default()
-            .push_back(Offer { id, taker });
+            .push_back(offer);
         Offered {
             offers: self,
             key: key.to_owned(),
@@ -103,43 +124,94 @@ impl Offers {
         }
     }
 
-    /// The first open offer for the lock `key`, if any.
-    pub(crate) fn take(&self, key: &str) -> Option<Taker> {
-        let mut by_lock = self.by_lock();
-        let queue = by_lock.get_mut(key)?;
-        let offer = queue.pop_front();
+    /// Takes the open offers for the lock `key` (at most [`MOST_TAKEN`]),
+    /// in the order they were made; each must be [`settle`](Self::settle)d.
+    pub(crate) fn take(&self, key: &str) -> Vec<Offer> {
+        let mut places = self.places();
+        let Some(queue) = places.open.get_mut(key) else {
+            return Vec::new();
+        };
+        let taken: Vec<Offer> = queue.drain(..queue.len().min(MOST_TAKEN)).collect();
         if queue.is_empty() {
-            by_lock.remove(key);
+            places.open.remove(key);
         }
-        offer.map(|offer| offer.taker)
+        for offer in &taken {
+            places.taken.insert(offer.id, false);
+        }
+        taken
     }
 
-    /// Takes offer `id` out of the queue; `false` when a releaser took it.
-    fn remove(&self, key: &str, id: u64) -> bool {
-        let mut by_lock = self.by_lock();
-        let Some(queue) = by_lock.get_mut(key) else {
+    /// Settles the offers `taken` for the lock `key` once the handoff's
+    /// outcome is known: `answer` for each offer's index. Offers answered
+    /// [`Passed`](Answer::Passed) or [`Declined`](Answer::Declined) go back
+    /// to the front of the queue unanswered, unless their waiter asked for
+    /// its answer or is gone. Returns the owner ids of the waiters that are
+    /// gone although the lock may be theirs, to give it back for them.
+    pub(crate) fn settle(
+        &self,
+        key: &str,
+        taken: Vec<Offer>,
+        answer: impl Fn(usize) -> Answer,
+    ) -> Vec<Arc<str>> {
+        let mut gone = Vec::new();
+        let mut back = Vec::new();
+        let mut places = self.places();
+        for (i, offer) in taken.into_iter().enumerate() {
+            let wants = places.taken.remove(&offer.id).unwrap_or(true);
+            match answer(i) {
+                answer @ (Answer::Handed { .. } | Answer::Unknown) => {
+                    let owner = offer.owner.clone();
+                    if offer.answer.send(answer).is_err() {
+                        gone.push(owner);
+                    }
+                }
+                answer if wants => {
+                    let _ = offer.answer.send(answer);
+                }
+                _ if offer.answer.is_closed() => {}
+                _ => back.push(offer),
+            }
+        }
+        if !back.is_empty() {
+            let queue = places.open.entry(key.to_owned()).or_default();
+            for offer in back.into_iter().rev() {
+                queue.push_front(offer);
+            }
+        }
+        gone
+    }
+
+    /// Takes offer `id` out of the queue: `true` when it was open. A taken
+    /// one is marked as wanting its answer.
+    fn withdraw(&self, key: &str, id: u64) -> bool {
+        let mut places = self.places();
+        if let Some(wants) = places.taken.get_mut(&id) {
+            *wants = true;
+            return false;
+        }
+        let Some(queue) = places.open.get_mut(key) else {
             return false;
         };
         let before = queue.len();
         queue.retain(|offer| offer.id != id);
         let removed = queue.len() < before;
         if queue.is_empty() {
-            by_lock.remove(key);
+            places.open.remove(key);
         }
         removed
     }
 }
 
 impl Offered<'_> {
-    /// The releaser's answer, once one took the offer.
+    /// The releaser's answer, once one took the offer and answered it.
     pub(crate) async fn answered(&mut self) -> Answer {
         (&mut self.answer).await.unwrap_or(Answer::Unknown)
     }
 
-    /// Withdraws the offer: `None` when it was still open (no answer will
-    /// come), or the answer of the releaser that took it.
+    /// Withdraws the offer: `None` when it was open (no answer will come),
+    /// or the answer of the releaser that took it.
     pub(crate) async fn withdraw(mut self) -> Option<Answer> {
-        if self.offers.remove(&self.key, self.id) {
+        if self.offers.withdraw(&self.key, self.id) {
             None
         } else {
             Some(self.answered().await)
@@ -149,7 +221,16 @@ impl Offered<'_> {
 
 impl Drop for Offered<'_> {
     fn drop(&mut self) {
-        self.offers.remove(&self.key, self.id);
+        // A taken offer is settled by its releaser, which finds this
+        // waiter gone.
+        let mut places = self.offers.places();
+        places.taken.remove(&self.id);
+        if let Some(queue) = places.open.get_mut(&self.key) {
+            queue.retain(|offer| offer.id != self.id);
+            if queue.is_empty() {
+                places.open.remove(&self.key);
+            }
+        }
     }
 }
 
@@ -157,32 +238,68 @@ impl Drop for Offered<'_> {
 mod tests {
     use super::*;
 
-    #[tokio::test]
-    async fn offers_are_taken_in_order_and_withdrawn_once() {
-        let offers = Offers::default();
-        let (a, b): (Arc<str>, Arc<str>) = ("a".into(), "b".into());
-        let first = offers.offer("k", &a, Duration::from_secs(1));
-        let second = offers.offer("k", &b, Duration::from_secs(2));
-        let taker = offers.take("k").expect("an open offer");
-        assert_eq!(&*taker.owner, "a");
-        assert!(taker.answer(Answer::Declined));
-        assert_eq!(first.withdraw().await, Some(Answer::Declined));
-        assert_eq!(second.withdraw().await, None);
-        assert!(offers.take("k").is_none());
+    fn owner(name: &str) -> Arc<str> {
+        name.into()
     }
 
     #[tokio::test]
-    async fn a_dropped_offer_is_gone_and_an_unanswered_one_is_unknown() {
+    async fn offers_are_taken_in_order_and_others_go_back_unanswered() {
         let offers = Offers::default();
-        let owner: Arc<str> = "a".into();
-        drop(offers.offer("k", &owner, Duration::from_secs(1)));
-        assert!(offers.take("k").is_none());
-        let offered = offers.offer("k", &owner, Duration::from_secs(1));
+        let lease = Duration::from_secs(1);
+        let mut first = offers.offer("k", &owner("a"), lease, false);
+        let second = offers.offer("k", &owner("b"), lease, true);
+        let taken = offers.take("k");
+        let names: Vec<_> = taken.iter().map(|o| (&*o.owner, o.fair)).collect();
+        assert_eq!(names, [("a", false), ("b", true)]);
+        assert!(offers.take("k").is_empty(), "taken offers are not open");
+        let sent = Instant::now();
+        let handed = |i| match i {
+            0 => Answer::Handed { fence: 7, sent },
+            _ => Answer::Passed,
+        };
+        assert!(offers.settle("k", taken, handed).is_empty());
+        assert_eq!(first.answered().await, Answer::Handed { fence: 7, sent });
+        // The second went back, open, and is withdrawn without an answer.
+        assert_eq!(second.withdraw().await, None);
+        assert!(offers.take("k").is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_waiter_that_withdraws_a_taken_offer_gets_its_answer() {
+        let offers = Offers::default();
+        let lease = Duration::from_secs(1);
+        let offered = offers.offer("k", &owner("a"), lease, false);
+        let taken = offers.take("k");
+        let (answer, settled) = tokio::join!(offered.withdraw(), async {
+            tokio::task::yield_now().await;
+            offers.settle("k", taken, |_| Answer::Declined)
+        });
+        assert!(settled.is_empty());
+        assert_eq!(answer, Some(Answer::Declined));
+    }
+
+    #[tokio::test]
+    async fn a_gone_waiter_that_may_hold_the_lock_is_reported() {
+        let offers = Offers::default();
+        let lease = Duration::from_secs(1);
+        drop(offers.offer("k", &owner("a"), lease, false));
+        assert!(offers.take("k").is_empty(), "a dropped offer is withdrawn");
+        let offered = offers.offer("k", &owner("a"), lease, false);
+        let taken = offers.take("k");
+        drop(offered);
+        let gone = offers.settle("k", taken, |_| Answer::Unknown);
+        assert_eq!(gone, [owner("a")]);
+        let offered = offers.offer("k", &owner("b"), lease, false);
+        let taken = offers.take("k");
+        drop(offered);
+        assert!(offers.settle("k", taken, |_| Answer::Passed).is_empty());
+        assert!(
+            offers.take("k").is_empty(),
+            "a gone waiter's offer is dropped"
+        );
+        // Dropping the taken offers unsettled answers Unknown.
+        let offered = offers.offer("k", &owner("c"), lease, false);
         drop(offers.take("k"));
         assert_eq!(offered.withdraw().await, Some(Answer::Unknown));
-        let offered = offers.offer("k", &owner, Duration::from_secs(1));
-        let taker = offers.take("k").expect("an open offer");
-        drop(offered);
-        assert!(!taker.answer(Answer::Declined));
     }
 }

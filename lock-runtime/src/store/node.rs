@@ -114,14 +114,18 @@ impl Node {
         Ok(left.into_iter().map(released).collect())
     }
 
-    /// Runs a handoff call (`handoff.lua`): what the release did, and the
-    /// waiter's fencing token when the lock was handed to it.
+    /// Runs a handoff call (`handoff.lua`): what the release did, and to
+    /// which offer the lock was handed, with which token.
     pub(crate) async fn handoff(&self, name: &str, call: &Call) -> Result<HandedOn, LockError> {
         let reply: Vec<i64> = self.coalesced(name, call, None).await?;
         match reply[..] {
-            [left, fence] if fence >= 0 => Ok(HandedOn {
+            [left, 0, 0] => Ok(HandedOn {
                 released: released(left),
-                fence: (fence > 0).then_some(fence as u64),
+                to: None,
+            }),
+            [left, fence, chosen] if fence > 0 && chosen > 0 => Ok(HandedOn {
+                released: released(left),
+                to: Some((chosen as usize - 1, fence as u64)),
             }),
             _ => Err(unexpected(name, call.script_name(), &reply)),
         }

@@ -162,16 +162,20 @@ pub(crate) fn release(locks: &[LockKeys], stored: &Stored, owner: &str, giving: 
 /// and announced to all (see `handoff.lua`).
 pub(crate) const HANDOFFS_IN_A_ROW: u32 = 8;
 
-/// `handoff.lua`: gives back what `owner` holds of the exclusive `lock`
-/// (as [`release`] does) and, when it becomes free, hands it to `next`, a
-/// waiter of the same client, for `lease`.
-pub(crate) fn handoff(
-    lock: &LockKeys,
-    owner: &str,
-    giving: Giving,
-    next: &str,
-    lease: Duration,
-) -> Call {
+/// A waiter of the releasing client a lock may be handed to (see
+/// `handoff.lua`).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Next<'a> {
+    pub(crate) owner: &'a str,
+    pub(crate) lease: Duration,
+    /// A fair waiter, served in its line's order; otherwise a plain one.
+    pub(crate) fair: bool,
+}
+
+/// `handoff.lua`: gives back what `owner` holds of `lock` (as [`release`]
+/// does for a lock hash) and, when it becomes free, hands it to the one of
+/// `offers` whose turn it is.
+pub(crate) fn handoff(lock: &LockKeys, owner: &str, giving: Giving, offers: &[Next<'_>]) -> Call {
     let keys = vec![
         lock.lock.clone(),
         lock.channel(),
@@ -182,15 +186,17 @@ pub(crate) fn handoff(
         lock.writer_waiting(),
         lock.readers_waiting(),
     ];
-    let args = vec![
+    let mut args = vec![
         owner.to_owned(),
         flag(giving.all),
         giving.keep.as_millis().to_string(),
         flag(giving.announce),
-        next.to_owned(),
-        millis(lease),
         HANDOFFS_IN_A_ROW.to_string(),
+        offers.len().to_string(),
     ];
+    for next in offers {
+        args.extend([next.owner.to_owned(), millis(next.lease), flag(next.fair)]);
+    }
     Call::new(&HANDOFF, keys, args).quarantined()
 }
 

@@ -1,19 +1,21 @@
--- Give one exclusive lock back and, when it becomes free, hand it straight
--- to a waiter of the releasing client, atomically: the waiter holds it when
--- the answer arrives, instead of being woken to try again (half a round
--- trip instead of one and a half, and one call instead of two).
+-- Give one lock back and, when it becomes free, hand it straight to one of
+-- the releasing client's waiters for it, atomically: that waiter holds it
+-- when the answer arrives, instead of being woken to try again (half a
+-- round trip instead of one and a half, and one call instead of two).
 --
--- The lock is handed on only when it would be taken at once by an
--- acquisition of the waiter (acquire.lua): the lock is not fair (fair
--- waiters are served in line), nobody holds or waits for its read side,
--- its hash slot is not in the restart quarantine, and it is not kept past
--- its release (`hold_at_least`). Waiters of other clients that marked it
--- ("w") keep their mark on the new holder, whose release announces itself;
--- they are not told of the handoff (the lock was never free). So that a
--- client with waiters of its own cannot pass the lock between them for
--- ever while others wait, a marked lock is handed on at most ARGV[7] times
--- in a row ("h" counts them; an acquisition starts it anew); after that it
--- is released and announced, and every waiter tries.
+-- Which waiter: for a fair lock, the first in line (after dropping waiters
+-- that stopped trying, see line.lua), if it is one of the offers; for a
+-- plain lock, the first offer of a plain waiter. The lock is handed on only
+-- when that waiter's own acquisition would take it at once: nobody holds or
+-- waits for its read side, its hash slot is not in the restart quarantine,
+-- and it is not kept past its release (`hold_at_least`). Waiters of other
+-- clients that marked it ("w") keep their mark on the new holder, whose
+-- release announces itself; they are not told of the handoff (the lock was
+-- never free). So that a client with waiters of its own cannot pass a plain
+-- lock between them for ever while others wait, a marked plain lock is
+-- handed on at most ARGV[5] times in a row ("h" counts them; an acquisition
+-- starts it anew); after that it is released and announced, and every
+-- waiter tries. A fair lock needs no such bound: its line decides.
 --
 -- Otherwise it is a plain release (release.lua).
 --
@@ -24,26 +26,57 @@
 -- KEYS[6..8]   its readers, waiting-writer marker and waiting-readers
 --              marker (acquire.lua)
 -- ARGV[1..4]   the release's arguments (release.lua)
--- ARGV[5]      the waiter's owner id
--- ARGV[6]      the waiter's lease in milliseconds
--- ARGV[7]      how many handoffs in a row a marked lock may make
--- ARGV[8..10]  the restart quarantine: run id seen, ms, strict (fence.lua)
+-- ARGV[5]      how many handoffs in a row a marked plain lock may make
+-- ARGV[6]      m, the number of offers
+-- ARGV[7..]    per offer: the waiter's owner id, its lease in milliseconds,
+--              and "1" for a fair waiter ("0": plain), in the order made
+-- then         the restart quarantine: run id seen, ms, strict (fence.lua)
 --
--- Returns {left, fence}: left as release.lua returns it for the releaser,
--- and the waiter's fencing token when the lock was handed on (0: not).
+-- Returns {left, fence, j}: left as release.lua returns it for the
+-- releaser, and when the lock was handed on, the new holder's fencing token
+-- and its offer's number j (otherwise 0, 0).
 local held = redis.call('HMGET', KEYS[1], 'owner', 'count', 'fair', 'w', 'h')
-local last = ARGV[2] == '1' or held[2] == '1'
-local chain = tonumber(held[5] or '0')
-if held[1] == ARGV[1] and last and not held[3] and ARGV[3] == '0'
-    and (not held[4] or chain < tonumber(ARGV[7]))
-    and redis.call('EXISTS', KEYS[6], KEYS[7], KEYS[8]) == 0 then
-  local fence = next_fence(KEYS[5], quarantine_at(ARGV, 8))
-  if fence then
-    -- The hash is written over: a mark ("w") stays with the new holder.
-    redis.call('HSET', KEYS[1], 'owner', ARGV[5], 'count', 1, 'fence', fence, 'h', chain + 1)
-    redis.call('PEXPIRE', KEYS[1], ARGV[6])
-    return {0, fence}
+local m = tonumber(ARGV[6])
+local function offer(j)
+  local at = 7 + 3 * (j - 1)
+  return ARGV[at], ARGV[at + 1], ARGV[at + 2] == '1'
+end
+if held[1] == ARGV[1] and (ARGV[2] == '1' or held[2] == '1') and ARGV[3] == '0' then
+  local chosen, chain = nil, tonumber(held[5] or '0')
+  if held[3] then
+    local first = next_in_line(KEYS[3], KEYS[4])
+    for j = 1, m do
+      local owner, _, fair = offer(j)
+      if fair and owner == first then
+        chosen = j
+        break
+      end
+    end
+  elseif not held[4] or chain < tonumber(ARGV[5]) then
+    for j = 1, m do
+      local _, _, fair = offer(j)
+      if not fair then
+        chosen = j
+        break
+      end
+    end
+  end
+  if chosen and redis.call('EXISTS', KEYS[6], KEYS[7], KEYS[8]) == 0 then
+    local fence = next_fence(KEYS[5], quarantine_at(ARGV, 7 + 3 * m))
+    if fence then
+      local owner, lease = offer(chosen)
+      -- The hash is written over: `fair` and a mark ("w") stay.
+      if held[3] then
+        redis.call('HSET', KEYS[1], 'owner', owner, 'count', 1, 'fence', fence)
+        redis.call('ZREM', KEYS[3], owner)
+        redis.call('ZREM', KEYS[4], owner)
+      else
+        redis.call('HSET', KEYS[1], 'owner', owner, 'count', 1, 'fence', fence, 'h', chain + 1)
+      end
+      redis.call('PEXPIRE', KEYS[1], lease)
+      return {0, fence, chosen}
+    end
   end
 end
 local left = give_back({KEYS[1], KEYS[2], KEYS[3], KEYS[4]}, {ARGV[1], ARGV[2], ARGV[3], ARGV[4]})
-return {left[1], 0}
+return {left[1], 0, 0}

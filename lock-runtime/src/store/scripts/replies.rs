@@ -35,11 +35,12 @@ pub(crate) enum Released {
 }
 
 /// What a handoff (`handoff.lua`) did: the release's outcome for the
-/// releaser, and the token of the waiter the lock was handed to, if it was.
+/// releaser, and, if the lock was handed on, to which offer (its index) and
+/// with which fencing token.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct HandedOn {
     pub(crate) released: Released,
-    pub(crate) fence: Option<u64>,
+    pub(crate) to: Option<(usize, u64)>,
 }
 
 /// Reads the acquire scripts' reply for `locks` locks.
