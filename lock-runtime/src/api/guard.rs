@@ -480,8 +480,42 @@ async fn give_back(
 /// Gives a lock back and, if it becomes free, hands it to the one of the
 /// waiters `taken` of this client whose turn it is, and tells it (see
 /// `handoffs.rs`). A lock that may have been handed to a waiter that
-/// stopped waiting meanwhile is given back for it.
+/// stopped waiting meanwhile is given back for it. All of it runs in a task
+/// of its own, so that the waiters are answered, and what they may hold is
+/// given back, even if the caller stops polling.
 async fn hand_on(
+    client: &LockClient,
+    label: &str,
+    lock: &LockKeys,
+    owner: &str,
+    giving: Giving,
+    taken: Vec<Offer>,
+) -> Result<Vec<Released>, LockError> {
+    let (client, name, lock, owner) = (
+        client.clone(),
+        label.to_owned(),
+        lock.clone(),
+        owner.to_owned(),
+    );
+    let task =
+        tokio::spawn(
+            async move { hand_on_here(&client, &name, &lock, &owner, giving, taken).await },
+        );
+    match task.await {
+        Ok(outcome) => outcome,
+        Err(err) if err.is_panic() => std::panic::resume_unwind(err.into_panic()),
+        Err(_) => Err(LockError::Unavailable {
+            key: Some(label.to_owned()),
+            source: redis::RedisError::from((
+                redis::ErrorKind::Io,
+                "the runtime shut down while the lock was being released",
+            )),
+        }),
+    }
+}
+
+/// [`hand_on`], in its task.
+async fn hand_on_here(
     client: &LockClient,
     label: &str,
     lock: &LockKeys,
@@ -534,7 +568,21 @@ async fn hand_on(
             tracing::debug!(key = %label, error = %err, "giving back a lock handed to a waiter that is gone failed; it expires after its lease");
         }
     }
-    let handed = outcome?;
+    let handed = match outcome {
+        Ok(handed) => handed,
+        // Every level at once is safe to send again: a plain release does,
+        // after a failure that leaves open whether the handoff ran (it
+        // finds the lock no longer the releaser's if it did).
+        Err(err) if giving.all => {
+            tracing::debug!(key = %label, error = %err, "handoff failed; releasing");
+            let locks = std::slice::from_ref(lock);
+            return inner
+                .backend
+                .release(label, locks, &Stored::Hash, owner, giving)
+                .await;
+        }
+        Err(err) => return Err(err),
+    };
     tracing::debug!(released = ?handed.released, handed = handed.to.is_some(), "released");
     Ok(vec![handed.released])
 }

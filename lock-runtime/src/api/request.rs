@@ -442,6 +442,8 @@ impl LockRequest {
             && inner.backend.hands_on())
         .then_some(&inner.offers);
         let mut handed = None;
+        // What a waiter dropped with an answer it never read may hold.
+        let give_back = |owner: Arc<str>| self.give_back_for(&keys, owner);
         // When this waiter last tried: one that is told to wait on still
         // tries at least every FAIR_RETRY, which keeps its place in line
         // (and its marks) from lapsing.
@@ -500,8 +502,8 @@ impl LockRequest {
             if in_line.is_some() {
                 wake = wake.min(now + FAIR_RETRY);
             }
-            let mut offered =
-                offers.map(|offers| offers.offer(&keys[0].lock, &owner, self.lease, fair));
+            let mut offered = offers
+                .map(|offers| offers.offer(&keys[0].lock, &owner, (self.lease, fair), &give_back));
             let answer = tokio::select! {
                 _ = released => None,
                 _ = tokio::time::sleep_until(wake.min(deadline)) => None,
@@ -512,7 +514,14 @@ impl LockRequest {
             // the same owner id now would count as a re-entry).
             let answer = match (answer, offered) {
                 (Some(answer), _) => Some(answer),
-                (None, Some(offered)) => offered.withdraw().await,
+                // Bounded by the wait: a waiter dropped with its answer
+                // unread gives back what it may hold (see `Offered`).
+                (None, Some(offered)) => tokio::select! {
+                    answer = offered.withdraw() => answer,
+                    _ = tokio::time::sleep_until(deadline) => {
+                        return Err(self.timeout(started));
+                    }
+                },
                 (None, None) => None,
             };
             match answer {
@@ -520,14 +529,16 @@ impl LockRequest {
                     let taken = [Taken { fence, count: 1 }];
                     handed = Some(self.grant(&keys, &owner, &taken, (sent, None), span).await);
                 }
-                // The handoff failed or was dropped: what it may have
-                // handed to this owner id is given back (a fair waiter
-                // starts again at the back of the line, as the handoff may
-                // have taken it out).
+                // The handoff failed or was dropped, so the lock may or may
+                // not be this owner id's. A fair waiter tries again under
+                // it, keeping its place in line: a lock handed to it counts
+                // as a re-entry, given back whole with the guard. A plain
+                // waiter gives back what it may hold and goes on under a
+                // new owner id.
+                Some(Answer::Unknown) if fair => {}
                 Some(Answer::Unknown) => {
                     owner = self.abandon(&keys, owner);
                     Waiting::new_owner(&mut marked, &owner);
-                    Waiting::new_owner(&mut in_line, &owner);
                 }
                 // Handed to another waiter of this client, so still taken:
                 // wait on, unless it is time to try (which keeps a fair
@@ -681,10 +692,20 @@ impl LockRequest {
     /// attempt uses a new owner id, which the abandoned one cannot be
     /// mistaken for.
     fn abandon(&self, keys: &[LockKeys], owner: Arc<str>) -> Arc<str> {
+        self.give_back_for(keys, owner);
+        self.client.new_owner()
+    }
+
+    /// Gives back, in the background, whatever `owner` may hold of `keys`
+    /// (see [`abandon`](Self::abandon)).
+    fn give_back_for(&self, keys: &[LockKeys], owner: Arc<str>) {
         let backend = self.client.inner.backend.clone();
         let (label, keys) = (self.label.clone(), keys.to_vec());
         let kind = self.kind;
-        tokio::spawn(async move {
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        runtime.spawn(async move {
             let stored = Stored::for_kind(kind, &keys[0]);
             // Announced: if it did take the lock, others may wait for it.
             let giving = Giving {
@@ -700,7 +721,6 @@ impl LockRequest {
                 tracing::debug!(key = %label, "dropped a lock whose acquire answer was lost");
             }
         });
-        self.client.new_owner()
     }
 
     fn timeout(&self, started: Instant) -> LockError {

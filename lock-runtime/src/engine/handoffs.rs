@@ -78,12 +78,19 @@ pub(crate) struct Offer {
     answer: oneshot::Sender<Answer>,
 }
 
-/// A waiter's open offer; withdrawn when dropped.
+/// What gives back, in the background, whatever an owner id may hold of
+/// the lock an offer was for.
+pub(crate) type GiveBack<'a> = &'a (dyn Fn(Arc<str>) + Sync);
+
+/// A waiter's open offer; withdrawn when dropped. Dropped with an answer
+/// that says the lock may be the waiter's, unread, it gives the lock back.
 pub(crate) struct Offered<'a> {
     offers: &'a Offers,
     key: String,
     id: u64,
+    owner: Arc<str>,
     answer: oneshot::Receiver<Answer>,
+    give_back: GiveBack<'a>,
 }
 
 impl Offers {
@@ -94,14 +101,15 @@ impl Offers {
     }
 
     /// Offers to take the lock `key` as `owner` for `lease`, as a fair
-    /// waiter or a plain one.
-    pub(crate) fn offer(
-        &self,
+    /// waiter or a plain one; `give_back` is called if the offer is dropped
+    /// with an unread answer that says the lock may be `owner`'s.
+    pub(crate) fn offer<'a>(
+        &'a self,
         key: &str,
         owner: &Arc<str>,
-        lease: Duration,
-        fair: bool,
-    ) -> Offered<'_> {
+        (lease, fair): (Duration, bool),
+        give_back: GiveBack<'a>,
+    ) -> Offered<'a> {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let (answer, receiver) = oneshot::channel();
         let offer = Offer {
@@ -120,7 +128,9 @@ impl Offers {
             offers: self,
             key: key.to_owned(),
             id,
+            owner: owner.clone(),
             answer: receiver,
+            give_back,
         }
     }
 
@@ -223,13 +233,19 @@ impl Drop for Offered<'_> {
     fn drop(&mut self) {
         // A taken offer is settled by its releaser, which finds this
         // waiter gone.
-        let mut places = self.offers.places();
-        places.taken.remove(&self.id);
-        if let Some(queue) = places.open.get_mut(&self.key) {
-            queue.retain(|offer| offer.id != self.id);
-            if queue.is_empty() {
-                places.open.remove(&self.key);
+        {
+            let mut places = self.offers.places();
+            places.taken.remove(&self.id);
+            if let Some(queue) = places.open.get_mut(&self.key) {
+                queue.retain(|offer| offer.id != self.id);
+                if queue.is_empty() {
+                    places.open.remove(&self.key);
+                }
             }
+        }
+        // Answered, but the waiter never read it: the lock may be its.
+        if let Ok(Answer::Handed { .. } | Answer::Unknown) = self.answer.try_recv() {
+            (self.give_back)(self.owner.clone());
         }
     }
 }
@@ -242,12 +258,36 @@ mod tests {
         name.into()
     }
 
+    static NOTHING: fn(Arc<str>) = |_| {};
+
+    #[tokio::test]
+    async fn an_offer_dropped_with_its_grant_unread_gives_the_lock_back() {
+        let offers = Offers::default();
+        let given_back = Mutex::new(Vec::new());
+        let record = |owner: Arc<str>| given_back.lock().unwrap().push(owner);
+        let lease = Duration::from_secs(1);
+        let offered = offers.offer("k", &owner("a"), (lease, false), &record);
+        let taken = offers.take("k");
+        let sent = Instant::now();
+        let gone = offers.settle("k", taken, |_| Answer::Handed { fence: 1, sent });
+        assert!(gone.is_empty(), "the answer was delivered");
+        drop(offered);
+        assert_eq!(*given_back.lock().unwrap(), [owner("a")]);
+        // Read, it is the waiter's to hold: nothing is given back.
+        let mut offered = offers.offer("k", &owner("b"), (lease, false), &record);
+        let taken = offers.take("k");
+        offers.settle("k", taken, |_| Answer::Handed { fence: 2, sent });
+        assert_eq!(offered.answered().await, Answer::Handed { fence: 2, sent });
+        drop(offered);
+        assert_eq!(given_back.lock().unwrap().len(), 1);
+    }
+
     #[tokio::test]
     async fn offers_are_taken_in_order_and_others_go_back_unanswered() {
         let offers = Offers::default();
         let lease = Duration::from_secs(1);
-        let mut first = offers.offer("k", &owner("a"), lease, false);
-        let second = offers.offer("k", &owner("b"), lease, true);
+        let mut first = offers.offer("k", &owner("a"), (lease, false), &NOTHING);
+        let second = offers.offer("k", &owner("b"), (lease, true), &NOTHING);
         let taken = offers.take("k");
         let names: Vec<_> = taken.iter().map(|o| (&*o.owner, o.fair)).collect();
         assert_eq!(names, [("a", false), ("b", true)]);
@@ -268,7 +308,7 @@ mod tests {
     async fn a_waiter_that_withdraws_a_taken_offer_gets_its_answer() {
         let offers = Offers::default();
         let lease = Duration::from_secs(1);
-        let offered = offers.offer("k", &owner("a"), lease, false);
+        let offered = offers.offer("k", &owner("a"), (lease, false), &NOTHING);
         let taken = offers.take("k");
         let (answer, settled) = tokio::join!(offered.withdraw(), async {
             tokio::task::yield_now().await;
@@ -282,14 +322,14 @@ mod tests {
     async fn a_gone_waiter_that_may_hold_the_lock_is_reported() {
         let offers = Offers::default();
         let lease = Duration::from_secs(1);
-        drop(offers.offer("k", &owner("a"), lease, false));
+        drop(offers.offer("k", &owner("a"), (lease, false), &NOTHING));
         assert!(offers.take("k").is_empty(), "a dropped offer is withdrawn");
-        let offered = offers.offer("k", &owner("a"), lease, false);
+        let offered = offers.offer("k", &owner("a"), (lease, false), &NOTHING);
         let taken = offers.take("k");
         drop(offered);
         let gone = offers.settle("k", taken, |_| Answer::Unknown);
         assert_eq!(gone, [owner("a")]);
-        let offered = offers.offer("k", &owner("b"), lease, false);
+        let offered = offers.offer("k", &owner("b"), (lease, false), &NOTHING);
         let taken = offers.take("k");
         drop(offered);
         assert!(offers.settle("k", taken, |_| Answer::Passed).is_empty());
@@ -298,7 +338,7 @@ mod tests {
             "a gone waiter's offer is dropped"
         );
         // Dropping the taken offers unsettled answers Unknown.
-        let offered = offers.offer("k", &owner("c"), lease, false);
+        let offered = offers.offer("k", &owner("c"), (lease, false), &NOTHING);
         drop(offers.take("k"));
         assert_eq!(offered.withdraw().await, Some(Answer::Unknown));
     }
