@@ -12,6 +12,7 @@ use tracing::Instrument;
 
 use crate::api::scope::{self, CurrentLock, Scope};
 use crate::base::keys::LockKeys;
+use crate::base::kind::Kind;
 use crate::base::telemetry::Hold;
 use crate::engine::handoffs::{Answer, Offer};
 use crate::engine::watchdog::{self, Held};
@@ -464,7 +465,8 @@ async fn give_back(
     // A lock tasks of this client wait for goes straight to the one whose
     // turn it is (see `handoffs.rs`).
     if let ([lock], Stored::Hash) = (&keys[..], stored) {
-        let taken = inner.offers.take(&lock.lock);
+        let fair = held[0].tracked.kind() == Kind::Fair;
+        let taken = inner.offers.take(&lock.lock, fair);
         if !taken.is_empty() {
             return hand_on(client, &label, lock, owner, giving, taken).await;
         }

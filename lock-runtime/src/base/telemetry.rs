@@ -455,6 +455,9 @@ impl Hold {
 #[derive(Debug)]
 pub(crate) struct Tracked {
     kind: &'static str,
+    /// The kind of lock, for what its release does (a fair lock is handed
+    /// to the first in line, see `handoffs.rs`).
+    lock_kind: Kind,
     /// The span of the acquisition that first took the lock, for the
     /// watchdog's events about it.
     span: Span,
@@ -467,10 +470,16 @@ impl Tracked {
     pub(crate) fn new(kind: Kind, span: &Span) -> Tracked {
         Tracked {
             kind: kind_label(kind),
+            lock_kind: kind,
             span: span.clone(),
             renewals: AtomicU64::new(0),
             lost: AtomicBool::new(false),
         }
+    }
+
+    /// The kind of lock it is.
+    pub(crate) fn kind(&self) -> Kind {
+        self.lock_kind
     }
 
     /// The span of the acquisition that took the lock.

@@ -134,14 +134,26 @@ impl Offers {
         }
     }
 
-    /// Takes the open offers for the lock `key` (at most [`MOST_TAKEN`]),
-    /// in the order they were made; each must be [`settle`](Self::settle)d.
-    pub(crate) fn take(&self, key: &str) -> Vec<Offer> {
+    /// Takes the open offers for the lock `key` that a release of a fair
+    /// lock (`fair`) or a plain one may hand it to, in the order they were
+    /// made: of fair waiters, at most [`MOST_TAKEN`] (the first in line is
+    /// among them, or the lock is not handed on); of plain ones, the first.
+    /// Each must be [`settle`](Self::settle)d.
+    pub(crate) fn take(&self, key: &str, fair: bool) -> Vec<Offer> {
+        let most = if fair { MOST_TAKEN } else { 1 };
         let mut places = self.places();
         let Some(queue) = places.open.get_mut(key) else {
             return Vec::new();
         };
-        let taken: Vec<Offer> = queue.drain(..queue.len().min(MOST_TAKEN)).collect();
+        let mut taken = Vec::new();
+        let mut i = 0;
+        while i < queue.len() && taken.len() < most {
+            if queue[i].fair == fair {
+                taken.extend(queue.remove(i));
+            } else {
+                i += 1;
+            }
+        }
         if queue.is_empty() {
             places.open.remove(key);
         }
@@ -267,7 +279,7 @@ mod tests {
         let record = |owner: Arc<str>| given_back.lock().unwrap().push(owner);
         let lease = Duration::from_secs(1);
         let offered = offers.offer("k", &owner("a"), (lease, false), &record);
-        let taken = offers.take("k");
+        let taken = offers.take("k", false);
         let sent = Instant::now();
         let gone = offers.settle("k", taken, |_| Answer::Handed { fence: 1, sent });
         assert!(gone.is_empty(), "the answer was delivered");
@@ -275,7 +287,7 @@ mod tests {
         assert_eq!(*given_back.lock().unwrap(), [owner("a")]);
         // Read, it is the waiter's to hold: nothing is given back.
         let mut offered = offers.offer("k", &owner("b"), (lease, false), &record);
-        let taken = offers.take("k");
+        let taken = offers.take("k", false);
         offers.settle("k", taken, |_| Answer::Handed { fence: 2, sent });
         assert_eq!(offered.answered().await, Answer::Handed { fence: 2, sent });
         drop(offered);
@@ -286,12 +298,18 @@ mod tests {
     async fn offers_are_taken_in_order_and_others_go_back_unanswered() {
         let offers = Offers::default();
         let lease = Duration::from_secs(1);
-        let mut first = offers.offer("k", &owner("a"), (lease, false), &NOTHING);
+        let mut first = offers.offer("k", &owner("a"), (lease, true), &NOTHING);
+        let plain = offers.offer("k", &owner("p"), (lease, false), &NOTHING);
         let second = offers.offer("k", &owner("b"), (lease, true), &NOTHING);
-        let taken = offers.take("k");
-        let names: Vec<_> = taken.iter().map(|o| (&*o.owner, o.fair)).collect();
-        assert_eq!(names, [("a", false), ("b", true)]);
-        assert!(offers.take("k").is_empty(), "taken offers are not open");
+        // A fair lock's release takes the fair offers; a plain one's, the
+        // first plain offer.
+        let taken = offers.take("k", true);
+        let names: Vec<_> = taken.iter().map(|o| &*o.owner).collect();
+        assert_eq!(names, ["a", "b"]);
+        assert!(
+            offers.take("k", true).is_empty(),
+            "taken offers are not open"
+        );
         let sent = Instant::now();
         let handed = |i| match i {
             0 => Answer::Handed { fence: 7, sent },
@@ -301,7 +319,11 @@ mod tests {
         assert_eq!(first.answered().await, Answer::Handed { fence: 7, sent });
         // The second went back, open, and is withdrawn without an answer.
         assert_eq!(second.withdraw().await, None);
-        assert!(offers.take("k").is_empty());
+        let taken = offers.take("k", false);
+        assert_eq!(taken.iter().map(|o| &*o.owner).collect::<Vec<_>>(), ["p"]);
+        assert!(offers.settle("k", taken, |_| Answer::Declined).is_empty());
+        assert_eq!(plain.withdraw().await, None);
+        assert!(offers.take("k", false).is_empty());
     }
 
     #[tokio::test]
@@ -309,7 +331,7 @@ mod tests {
         let offers = Offers::default();
         let lease = Duration::from_secs(1);
         let offered = offers.offer("k", &owner("a"), (lease, false), &NOTHING);
-        let taken = offers.take("k");
+        let taken = offers.take("k", false);
         let (answer, settled) = tokio::join!(offered.withdraw(), async {
             tokio::task::yield_now().await;
             offers.settle("k", taken, |_| Answer::Declined)
@@ -323,23 +345,26 @@ mod tests {
         let offers = Offers::default();
         let lease = Duration::from_secs(1);
         drop(offers.offer("k", &owner("a"), (lease, false), &NOTHING));
-        assert!(offers.take("k").is_empty(), "a dropped offer is withdrawn");
+        assert!(
+            offers.take("k", false).is_empty(),
+            "a dropped offer is withdrawn"
+        );
         let offered = offers.offer("k", &owner("a"), (lease, false), &NOTHING);
-        let taken = offers.take("k");
+        let taken = offers.take("k", false);
         drop(offered);
         let gone = offers.settle("k", taken, |_| Answer::Unknown);
         assert_eq!(gone, [owner("a")]);
         let offered = offers.offer("k", &owner("b"), (lease, false), &NOTHING);
-        let taken = offers.take("k");
+        let taken = offers.take("k", false);
         drop(offered);
         assert!(offers.settle("k", taken, |_| Answer::Passed).is_empty());
         assert!(
-            offers.take("k").is_empty(),
+            offers.take("k", false).is_empty(),
             "a gone waiter's offer is dropped"
         );
         // Dropping the taken offers unsettled answers Unknown.
         let offered = offers.offer("k", &owner("c"), (lease, false), &NOTHING);
-        drop(offers.take("k"));
+        drop(offers.take("k", false));
         assert_eq!(offered.withdraw().await, Some(Answer::Unknown));
     }
 }
