@@ -3,10 +3,12 @@
 
 mod common;
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use common::{client, clients, ok, spawn_acquire, start_server_with_clients, within};
+use lock_runtime::{LockClient, LockError, LockGuard};
 use lock_testkit::{RedisServer, unique_key};
+use tokio::task::JoinHandle;
 
 /// Script calls the server ran so far (not those refused: the first call
 /// of a script the server does not have yet is refused, then sent again).
@@ -28,23 +30,31 @@ fn script_calls(server: &RedisServer) -> u64 {
         .sum()
 }
 
+/// Takes `name` with `lease`, then starts a task of the same client that
+/// waits for it (up to `wait`), and gives that task time to start waiting.
+async fn held_with_a_waiter(
+    server: &RedisServer,
+    locks: &LockClient,
+    name: &str,
+    (lease, wait): (Duration, Duration),
+) -> (
+    LockGuard,
+    JoinHandle<(Instant, Result<LockGuard, LockError>)>,
+) {
+    let held = ok(server, locks.lock(name).lease(lease).acquire().await);
+    let waiting = spawn_acquire(locks.lock(name).lease(lease).wait(wait));
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(!waiting.is_finished(), "waits while the lock is held");
+    (held, waiting)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_release_hands_the_lock_to_a_waiting_task_of_its_client() {
     let (server, [locks]) = start_server_with_clients().await;
     let name = unique_key("handoff");
     let lease = Duration::from_secs(30);
-    let first = ok(
-        &server,
-        locks.lock(name.as_str()).lease(lease).acquire().await,
-    );
-    let waiting = spawn_acquire(
-        locks
-            .lock(name.as_str())
-            .lease(lease)
-            .wait(Duration::from_secs(10)),
-    );
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    assert!(!waiting.is_finished(), "waits while the lock is held");
+    let times = (lease, Duration::from_secs(10));
+    let (first, waiting) = held_with_a_waiter(&server, &locks, &name, times).await;
 
     let before = script_calls(&server);
     let first_fence = first.fence();
@@ -78,17 +88,8 @@ async fn a_lock_handed_to_a_waiter_that_stopped_waiting_is_given_back() {
     let (server, [locks, other]) = start_server_with_clients().await;
     let name = unique_key("handoff-gone");
     let lease = Duration::from_secs(60);
-    let first = ok(
-        &server,
-        locks.lock(name.as_str()).lease(lease).acquire().await,
-    );
-    let waiting = spawn_acquire(
-        locks
-            .lock(name.as_str())
-            .lease(lease)
-            .wait(Duration::from_secs(30)),
-    );
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    let times = (lease, Duration::from_secs(30));
+    let (first, waiting) = held_with_a_waiter(&server, &locks, &name, times).await;
 
     // The handoff is under way (the server is paused) when the waiter
     // stops waiting.
