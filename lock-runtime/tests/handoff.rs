@@ -84,6 +84,29 @@ async fn a_release_hands_the_lock_to_a_waiting_task_of_its_client() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_dropped_midway_still_hands_the_lock_on() {
+    let (server, [locks]) = start_server_with_clients().await;
+    let name = unique_key("handoff-dropped");
+    let lease = Duration::from_secs(60);
+    let times = (lease, Duration::from_secs(20));
+    let (first, waiting) = held_with_a_waiter(&server, &locks, &name, times).await;
+
+    // The handoff is on its way (the server is paused) when the release
+    // is dropped: the rest of it still runs, and the waiter is told.
+    server.pause();
+    let releasing = tokio::spawn(first.release());
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    releasing.abort();
+    assert!(releasing.await.is_err(), "the release was dropped midway");
+    server.resume();
+    let (_, taken) = within(&server, Duration::from_secs(10), "the waiter", waiting)
+        .await
+        .unwrap();
+    let second = ok(&server, taken);
+    ok(&server, second.release().await);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lock_handed_to_a_waiter_that_stopped_waiting_is_given_back() {
     let (server, [locks, other]) = start_server_with_clients().await;
     let name = unique_key("handoff-gone");

@@ -5,6 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::api::client::LockClient;
+use crate::base::detached::Detached;
 use crate::base::error::{LockError, LossReason};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -468,7 +469,15 @@ async fn give_back(
         let fair = held[0].tracked.kind() == Kind::Fair;
         let taken = inner.offers.take(&lock.lock, fair);
         if !taken.is_empty() {
-            return hand_on(client, &label, lock, owner, giving, taken).await;
+            let handing_on = hand_on(
+                client.clone(),
+                label,
+                lock.clone(),
+                owner.clone(),
+                giving,
+                taken,
+            );
+            return Detached::new(handing_on).await;
         }
     }
     let released = inner
@@ -482,49 +491,20 @@ async fn give_back(
 /// Gives a lock back and, if it becomes free, hands it to the one of the
 /// waiters `taken` of this client whose turn it is, and tells it (see
 /// `handoffs.rs`). A lock that may have been handed to a waiter that
-/// stopped waiting meanwhile is given back for it. All of it runs in a task
-/// of its own, so that the waiters are answered, and what they may hold is
-/// given back, even if the caller stops polling.
+/// stopped waiting meanwhile is given back for it. It runs in the caller's
+/// task; the caller runs it as a [`Detached`] future, so that if it stops
+/// polling, what is left runs in a task of its own: the waiters are
+/// answered, and what they may hold is given back, whatever the caller
+/// does.
 async fn hand_on(
-    client: &LockClient,
-    label: &str,
-    lock: &LockKeys,
-    owner: &str,
+    client: LockClient,
+    label: String,
+    lock: LockKeys,
+    owner: Arc<str>,
     giving: Giving,
     taken: Vec<Offer>,
 ) -> Result<Vec<Released>, LockError> {
-    let (client, name, lock, owner) = (
-        client.clone(),
-        label.to_owned(),
-        lock.clone(),
-        owner.to_owned(),
-    );
-    let task =
-        tokio::spawn(
-            async move { hand_on_here(&client, &name, &lock, &owner, giving, taken).await },
-        );
-    match task.await {
-        Ok(outcome) => outcome,
-        Err(err) if err.is_panic() => std::panic::resume_unwind(err.into_panic()),
-        Err(_) => Err(LockError::Unavailable {
-            key: Some(label.to_owned()),
-            source: redis::RedisError::from((
-                redis::ErrorKind::Io,
-                "the runtime shut down while the lock was being released",
-            )),
-        }),
-    }
-}
-
-/// [`hand_on`], in its task.
-async fn hand_on_here(
-    client: &LockClient,
-    label: &str,
-    lock: &LockKeys,
-    owner: &str,
-    giving: Giving,
-    taken: Vec<Offer>,
-) -> Result<Vec<Released>, LockError> {
+    let (label, lock, owner) = (label.as_str(), &lock, &*owner);
     let inner = &client.inner;
     let sent = Instant::now();
     let offers: Vec<Next<'_>> = taken

@@ -1,9 +1,11 @@
 //! Plain types every layer shares: errors, lock names and their keys,
-//! owner ids, the kinds of lock, client settings as data, and telemetry
-//! (which takes labels and numbers). Nothing here does I/O or imports from
-//! the layers above.
+//! owner ids, the kinds of lock, client settings as data, telemetry
+//! (which takes labels and numbers), and a future that finishes in a task
+//! of its own when its caller drops it. Nothing here does I/O or imports
+//! from the layers above.
 
 pub(crate) mod config;
+pub(crate) mod detached;
 pub(crate) mod error;
 pub(crate) mod keys;
 pub(crate) mod kind;

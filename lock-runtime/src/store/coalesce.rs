@@ -27,16 +27,14 @@
 //! so that their replies never wait for one caller's future to be polled.
 
 use std::collections::HashMap;
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::task::{Context, Poll};
 use std::time::Duration;
 
 use futures_util::future::BoxFuture;
 use redis::{RedisError, Value};
 use tokio::sync::oneshot;
 
+use crate::base::detached::Detached;
 use crate::base::error::LockError;
 use crate::base::keys::slot;
 use crate::store::scripts::Call;
@@ -312,44 +310,4 @@ fn hand<T: Transport>(transport: &T, waiter: Waiter, reply: Reply) {
 /// Whether an acquire script's reply grants (`{1, ...}`).
 fn granted(value: &Value) -> bool {
     matches!(value, Value::Array(items) if matches!(items.first(), Some(Value::Int(1))))
-}
-
-/// A future that, dropped before it is done, finishes in a task of its
-/// own: what it sends for other callers must not stop with the caller
-/// that happened to send it.
-struct Detached {
-    future: Option<BoxFuture<'static, ()>>,
-}
-
-impl Detached {
-    fn new(future: impl Future<Output = ()> + Send + 'static) -> Detached {
-        Detached {
-            future: Some(Box::pin(future)),
-        }
-    }
-}
-
-impl Future for Detached {
-    type Output = ();
-
-    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
-        let Some(future) = self.future.as_mut() else {
-            return Poll::Ready(());
-        };
-        if future.as_mut().poll(cx).is_pending() {
-            return Poll::Pending;
-        }
-        self.future = None;
-        Poll::Ready(())
-    }
-}
-
-impl Drop for Detached {
-    fn drop(&mut self) {
-        if let Some(future) = self.future.take()
-            && let Ok(runtime) = tokio::runtime::Handle::try_current()
-        {
-            runtime.spawn(future);
-        }
-    }
 }
