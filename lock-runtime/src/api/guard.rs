@@ -537,14 +537,10 @@ async fn hand_on(
     // here, after the handoff on the same connection.
     for waiter in inner.offers.settle(&lock.lock, taken, answer) {
         tracing::debug!(key = %label, "the waiter a lock may have been handed to is gone; giving it back");
-        let giving = Giving {
-            announce: true,
-            ..Giving::ALL
-        };
         let locks = std::slice::from_ref(lock);
         if let Err(err) = inner
             .backend
-            .release(label, locks, &Stored::Hash, &waiter, giving)
+            .release(label, locks, &Stored::Hash, &waiter, Giving::ABANDONED)
             .await
         {
             tracing::debug!(key = %label, error = %err, "giving back a lock handed to a waiter that is gone failed; it expires after its lease");

@@ -707,13 +707,8 @@ impl LockRequest {
         };
         runtime.spawn(async move {
             let stored = Stored::for_kind(kind, &keys[0]);
-            // Announced: if it did take the lock, others may wait for it.
-            let giving = Giving {
-                announce: true,
-                ..Giving::ALL
-            };
             let released = backend
-                .release(&label, &keys, &stored, &owner, giving)
+                .release(&label, &keys, &stored, &owner, Giving::ABANDONED)
                 .await;
             if let Ok(released) = released
                 && released.contains(&Released::Free)

@@ -17,7 +17,7 @@
 //! * `lock:fence:{T}`: the fencing counter shared by every lock in the same
 //!   Redis Cluster hash slot, where `T` is a short tag chosen to hash to that slot;
 //!   and, for at most a restart quarantine after a counter was created on a
-//!   server that had just started, `lock:fence:{T}:born` (see prelude.lua).
+//!   server that had just started, `lock:fence:{T}:born` (see fence.lua).
 //!
 //! # Names with braces
 //!
@@ -61,7 +61,7 @@
 //! that uses it. On a single server the same layout applies unchanged.
 //!
 //! Each token is the larger of the counter plus one and the server's clock in
-//! microseconds (prelude.lua's `next_fence`). Acquisitions never outpace a
+//! microseconds (fence.lua's `next_fence`). Acquisitions never outpace a
 //! microsecond clock, so tokens follow the clock, and a counter that comes
 //! back lower than tokens already handed out (a restart from an older
 //! snapshot, a backup restored) or not at all (a restart without persistence)

@@ -454,10 +454,9 @@ impl Hold {
 /// What the watchdog's registry keeps of one held lock for telemetry.
 #[derive(Debug)]
 pub(crate) struct Tracked {
-    kind: &'static str,
-    /// The kind of lock, for what its release does (a fair lock is handed
-    /// to the first in line, see `handoffs.rs`).
-    lock_kind: Kind,
+    /// The kind of lock: its metrics' label, and what its release does (a
+    /// fair lock is handed to the first in line, see `handoffs.rs`).
+    kind: Kind,
     /// The span of the acquisition that first took the lock, for the
     /// watchdog's events about it.
     span: Span,
@@ -469,8 +468,7 @@ pub(crate) struct Tracked {
 impl Tracked {
     pub(crate) fn new(kind: Kind, span: &Span) -> Tracked {
         Tracked {
-            kind: kind_label(kind),
-            lock_kind: kind,
+            kind,
             span: span.clone(),
             renewals: AtomicU64::new(0),
             lost: AtomicBool::new(false),
@@ -479,7 +477,12 @@ impl Tracked {
 
     /// The kind of lock it is.
     pub(crate) fn kind(&self) -> Kind {
-        self.lock_kind
+        self.kind
+    }
+
+    /// The kind's label in metrics.
+    fn label(&self) -> &'static str {
+        kind_label(self.kind)
     }
 
     /// The span of the acquisition that took the lock.
@@ -502,19 +505,19 @@ impl Tracked {
         if !self.lost.swap(true, Ordering::Relaxed) {
             count(
                 LOCK_LOST_TOTAL,
-                &[("kind", self.kind), ("reason", reason_label(reason))],
+                &[("kind", self.label()), ("reason", reason_label(reason))],
             );
         }
     }
 
     /// The registry started renewing the lock: this process holds it.
     pub(crate) fn held(&self) {
-        held_by(self.kind, 1.0);
+        held_by(self.label(), 1.0);
     }
 
     /// The registry stopped renewing the lock (released or lost).
     pub(crate) fn unheld(&self) {
-        held_by(self.kind, -1.0);
+        held_by(self.label(), -1.0);
     }
 }
 
@@ -537,7 +540,7 @@ pub(crate) fn renewal<'a>(
             count(
                 LOCK_ERRORS_TOTAL,
                 &[
-                    ("kind", tracked.kind),
+                    ("kind", tracked.label()),
                     ("operation", "renew"),
                     ("error", error),
                 ],

@@ -289,10 +289,19 @@ impl Giving {
         announce: false,
     };
     /// Every level at once, freed at once.
+    #[cfg(test)]
     pub(crate) const ALL: Giving = Giving {
         all: true,
         keep: Duration::ZERO,
         announce: false,
+    };
+    /// What an owner id that stopped may hold (an acquisition whose answer
+    /// was lost, a waiter gone when a lock was handed to it): every level,
+    /// announced, since others may wait for a lock it did take.
+    pub(crate) const ABANDONED: Giving = Giving {
+        all: true,
+        keep: Duration::ZERO,
+        announce: true,
     };
 }
 
@@ -362,7 +371,7 @@ pub(crate) struct Renewing<'a> {
 }
 
 /// The restart quarantine every acquire script applies (see
-/// `next_fence` in prelude.lua and `LockClientBuilder::restart_quarantine`).
+/// `next_fence` in fence.lua and `LockClientBuilder::restart_quarantine`).
 #[derive(Debug, Clone)]
 pub(crate) struct Quarantine {
     /// The run ids of the servers behind the connection when this client

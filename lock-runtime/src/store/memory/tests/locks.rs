@@ -26,7 +26,7 @@ async fn fence_tokens_grow_and_reentry_counts() {
     assert_eq!(release(&server, &lock, "a:1", false).await, [0]);
     assert_eq!(release(&server, &lock, "a:1", false).await, [-1]);
 
-    // Tokens grow with the server clock (prelude.lua's next_fence).
+    // Tokens grow with the server clock (fence.lua's next_fence).
     let next = acquire(&server, &lock, "b:1", lease).await;
     assert_eq!((next[0], next[2]), (1, 1));
     assert!(next[1] > fence, "{next:?} after {fence}");
