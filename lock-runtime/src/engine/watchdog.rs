@@ -33,6 +33,15 @@ pub(crate) const DECLARE_EARLY: Duration = Duration::from_millis(3);
 /// Locks renewed in one script call at most.
 const BATCH: usize = 250;
 
+/// How long the watchdog stays on a timer after the last held lock went,
+/// if locks were taken since its last pass. A lock is usually released
+/// before the watchdog's pass for it runs, and a watchdog asleep with
+/// nothing to do must be woken by the next lock (a task switch, often a
+/// thread woken, for each lock a busy client takes). On this timer, only a
+/// lock due earlier wakes it; once a whole pause passes without a new
+/// lock, it sleeps until told.
+const IDLE_WAKE: Duration = Duration::from_secs(1);
+
 /// One lock held by one owner, shared by the owner's nested guards.
 #[derive(Debug)]
 pub(crate) struct Held {
@@ -207,6 +216,8 @@ struct Entries {
     /// wakes it only if it falls due earlier, so that taking many locks does
     /// not cost a sweep over all of them each.
     next_wake: Option<Instant>,
+    /// A lock was taken since the watchdog's last pass (see [`IDLE_WAKE`]).
+    taken_since_sweep: bool,
 }
 
 /// Every lock this client holds.
@@ -238,6 +249,7 @@ impl std::fmt::Debug for Entries {
         f.debug_struct("Entries")
             .field("held", &self.map.len())
             .field("next_wake", &self.next_wake)
+            .field("taken_since_sweep", &self.taken_since_sweep)
             .finish()
     }
 }
@@ -339,6 +351,7 @@ impl Registry {
         if let Some(replaced) = entries.insert(held.clone()) {
             replaced.tracked.unheld();
         }
+        entries.taken_since_sweep = true;
         held.tracked.held();
         if entries.next_wake.is_none_or(|wake| due < wake) {
             entries.next_wake = Some(due);
@@ -427,6 +440,11 @@ impl Registry {
             next = Some(next.map_or(wake, |n| n.min(wake)));
             true
         });
+        // Locks come and go: stay on a timer rather than be woken by the
+        // next one (see IDLE_WAKE).
+        if std::mem::take(&mut entries.taken_since_sweep) && next.is_none() {
+            next = Some(now + IDLE_WAKE);
+        }
         entries.next_wake = next;
         (overdue, due, next)
     }
@@ -685,6 +703,39 @@ mod tests {
         // Due earlier: it is woken, and knows when.
         registry.hold(acquisition(&c, &owner, Duration::from_millis(300), start));
         assert_eq!(next_wake(), Some(start + Duration::from_millis(100)));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn locks_that_come_and_go_do_not_wake_the_watchdog_each() {
+        use futures_util::FutureExt;
+        let registry = Registry::default();
+        let owner: Arc<str> = "o".into();
+        let start = Instant::now();
+        let lease = Duration::from_secs(30);
+        let woken = || registry.changed.notified().now_or_never().is_some();
+        let (a, b) = (LockKeys::new("t:", "a"), LockKeys::new("t:", "b"));
+
+        // The first lock wakes the watchdog, which runs after the lock is
+        // gone again: it stays on a timer.
+        let held = registry.hold(acquisition(&a, &owner, lease, start));
+        assert!(woken(), "asleep until told: the first lock tells it");
+        registry.unhold(&held);
+        let (_, _, next) = registry.sweep(start);
+        assert_eq!(next, Some(start + IDLE_WAKE));
+
+        // The next lock falls due later than that: no wake.
+        let held = registry.hold(acquisition(&b, &owner, lease, start));
+        assert!(!woken(), "a lock due later than the timer does not wake it");
+        registry.unhold(&held);
+
+        // A pass with locks taken since the last keeps the timer; a pass
+        // without lets it sleep until told.
+        let (_, _, next) = registry.sweep(start + IDLE_WAKE);
+        assert_eq!(next, Some(start + IDLE_WAKE * 2));
+        let (_, _, next) = registry.sweep(start + IDLE_WAKE * 2);
+        assert_eq!(next, None);
+        registry.hold(acquisition(&a, &owner, lease, start + IDLE_WAKE * 2));
+        assert!(woken(), "asleep until told again");
     }
 
     #[tokio::test(start_paused = true)]
