@@ -48,6 +48,19 @@ async fn held_with_a_waiter(
     (held, waiting)
 }
 
+/// Pauses the server and starts releasing `held` in a task, so that the
+/// handoff is on its way, unanswered, when this returns; the caller
+/// resumes the server.
+async fn release_while_paused(
+    server: &RedisServer,
+    held: LockGuard,
+) -> JoinHandle<Result<(), LockError>> {
+    server.pause();
+    let releasing = tokio::spawn(held.release());
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    releasing
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_release_hands_the_lock_to_a_waiting_task_of_its_client() {
     let (server, [locks]) = start_server_with_clients().await;
@@ -91,11 +104,9 @@ async fn a_release_dropped_midway_still_hands_the_lock_on() {
     let times = (lease, Duration::from_secs(20));
     let (first, waiting) = held_with_a_waiter(&server, &locks, &name, times).await;
 
-    // The handoff is on its way (the server is paused) when the release
-    // is dropped: the rest of it still runs, and the waiter is told.
-    server.pause();
-    let releasing = tokio::spawn(first.release());
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    // The handoff is on its way when the release is dropped: the rest of
+    // it still runs, and the waiter is told.
+    let releasing = release_while_paused(&server, first).await;
     releasing.abort();
     assert!(releasing.await.is_err(), "the release was dropped midway");
     server.resume();
@@ -114,11 +125,8 @@ async fn a_lock_handed_to_a_waiter_that_stopped_waiting_is_given_back() {
     let times = (lease, Duration::from_secs(30));
     let (first, waiting) = held_with_a_waiter(&server, &locks, &name, times).await;
 
-    // The handoff is under way (the server is paused) when the waiter
-    // stops waiting.
-    server.pause();
-    let releasing = tokio::spawn(first.release());
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    // The handoff is under way when the waiter stops waiting.
+    let releasing = release_while_paused(&server, first).await;
     waiting.abort();
     let _ = waiting.await;
     server.resume();
