@@ -62,8 +62,8 @@ else
 end
 if ARGV[4] == '1' then
   if not redis.call('ZSCORE', KEYS[3], ARGV[1]) then
-    -- Arrival in microseconds, from the clock this call read already.
-    redis.call('ZADD', KEYS[3], now_us(), ARGV[1])
+    local t = redis.call('TIME')
+    redis.call('ZADD', KEYS[3], tonumber(t[1]) * 1000000 + tonumber(t[2]), ARGV[1])
   end
   local stay = tonumber(ARGV[3])
   redis.call('ZADD', KEYS[4], now + stay, ARGV[1])
