@@ -33,13 +33,14 @@ pub(crate) const DECLARE_EARLY: Duration = Duration::from_millis(3);
 /// Locks renewed in one script call at most.
 const BATCH: usize = 250;
 
-/// How long the watchdog stays on a timer after the last held lock went,
-/// if locks were taken since its last pass. A lock is usually released
-/// before the watchdog's pass for it runs, and a watchdog asleep with
-/// nothing to do must be woken by the next lock (a task switch, often a
-/// thread woken, for each lock a busy client takes). On this timer, only a
-/// lock due earlier wakes it; once a whole pause passes without a new
-/// lock, it sleeps until told.
+/// The longest the watchdog sleeps after a pass, when locks were taken
+/// since the one before. A lock is usually released before the watchdog's
+/// pass for it runs; without this timer, a watchdog left with nothing to do
+/// (or with locks of a longer lease, due later) would be woken by each new
+/// lock that falls due before its next wake (a task switch, often a thread
+/// woken, for each lock a busy client takes). On this timer, only a lock
+/// due within it wakes it; once a whole pause passes without a new lock,
+/// it sleeps until its held locks fall due, or until told.
 const IDLE_WAKE: Duration = Duration::from_secs(1);
 
 /// One lock held by one owner, shared by the owner's nested guards.
@@ -346,7 +347,8 @@ impl Registry {
         let due = {
             let mut timing = held.timing();
             timing.renew_at = timing.next_renewal(acquired.sent);
-            timing.renew_at.min(timing.valid_until)
+            // As the sweep schedules it: loss is declared a little early.
+            timing.renew_at.min(timing.valid_until - DECLARE_EARLY)
         };
         if let Some(replaced) = entries.insert(held.clone()) {
             replaced.tracked.unheld();
@@ -442,8 +444,9 @@ impl Registry {
         });
         // Locks come and go: stay on a timer rather than be woken by the
         // next one (see IDLE_WAKE).
-        if std::mem::take(&mut entries.taken_since_sweep) && next.is_none() {
-            next = Some(now + IDLE_WAKE);
+        if std::mem::take(&mut entries.taken_since_sweep) {
+            let idle = now + IDLE_WAKE;
+            next = Some(next.map_or(idle, |next| next.min(idle)));
         }
         entries.next_wake = next;
         (overdue, due, next)
@@ -736,6 +739,55 @@ mod tests {
         assert_eq!(next, None);
         registry.hold(acquisition(&a, &owner, lease, start + IDLE_WAKE * 2));
         assert!(woken(), "asleep until told again");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_lock_held_long_does_not_make_each_new_lock_wake_the_watchdog() {
+        use futures_util::FutureExt;
+        let registry = Registry::default();
+        let owner: Arc<str> = "o".into();
+        let start = Instant::now();
+        let woken = || registry.changed.notified().now_or_never().is_some();
+        let (long, short) = (LockKeys::new("t:", "long"), LockKeys::new("t:", "short"));
+        registry.hold(acquisition(&long, &owner, Duration::from_secs(60), start));
+        assert!(woken());
+        // Renewal of the long lock falls due in 20 s; locks were taken, so
+        // the watchdog looks again within a second.
+        let (_, _, next) = registry.sweep(start);
+        assert_eq!(next, Some(start + IDLE_WAKE));
+        // A lock of a shorter lease falls due in 10 s: after that second.
+        let held = registry.hold(acquisition(&short, &owner, Duration::from_secs(30), start));
+        assert!(!woken(), "due after the next look: no wake");
+        registry.unhold(&held);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_new_lock_wakes_the_watchdog_in_time_to_declare_it_lost_early() {
+        use futures_util::FutureExt;
+        let registry = Registry::default();
+        let owner: Arc<str> = "o".into();
+        let start = Instant::now();
+        let woken = || registry.changed.notified().now_or_never().is_some();
+        let (a, b) = (LockKeys::new("t:", "a"), LockKeys::new("t:", "b"));
+        registry.hold(acquisition(&a, &owner, Duration::from_secs(30), start));
+        registry.sweep(start);
+        assert!(woken());
+        let next_wake = start + IDLE_WAKE;
+        assert_eq!(registry.entries().next_wake, Some(next_wake));
+        // A fixed lease valid until 1 ms after that wake: loss is declared
+        // DECLARE_EARLY before its deadline, which is before the wake.
+        let drift = Duration::from_millis(12);
+        let lease = IDLE_WAKE + drift + Duration::from_millis(1);
+        let fixed = Acquisition {
+            renewed: false,
+            ..acquisition(&b, &owner, lease, start)
+        };
+        registry.hold(fixed);
+        assert!(woken(), "due before the next wake");
+        assert_eq!(
+            registry.entries().next_wake,
+            Some(start + lease - drift - DECLARE_EARLY)
+        );
     }
 
     #[tokio::test(start_paused = true)]
