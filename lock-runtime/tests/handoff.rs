@@ -105,7 +105,8 @@ async fn a_release_dropped_midway_still_hands_the_lock_on() {
     let (first, waiting) = held_with_a_waiter(&server, &locks, &name, times).await;
 
     // The handoff is on its way when the release is dropped: the rest of
-    // it still runs, and the waiter is told.
+    // it still runs, and the waiter is told that it holds the lock.
+    let before = script_calls(&server);
     let releasing = release_while_paused(&server, first).await;
     releasing.abort();
     assert!(releasing.await.is_err(), "the release was dropped midway");
@@ -114,6 +115,12 @@ async fn a_release_dropped_midway_still_hands_the_lock_on() {
         .await
         .unwrap();
     let second = ok(&server, taken);
+    // A waiter not told would give back what it may hold and try again.
+    assert_eq!(
+        script_calls(&server) - before,
+        1,
+        "handed on: the handoff was the only call"
+    );
     ok(&server, second.release().await);
 }
 

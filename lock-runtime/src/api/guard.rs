@@ -492,10 +492,12 @@ async fn give_back(
 /// waiters `taken` of this client whose turn it is, and tells it (see
 /// `handoffs.rs`). A lock that may have been handed to a waiter that
 /// stopped waiting meanwhile is given back for it. It runs in the caller's
-/// task; the caller runs it as a [`Detached`] future, so that if it stops
-/// polling, what is left runs in a task of its own: the waiters are
-/// answered, and what they may hold is given back, whatever the caller
-/// does.
+/// task; the caller runs it as a [`Detached`] future, so that if it is
+/// dropped midway, what is left runs in a task of its own (on the current
+/// runtime; outside one, the waiters are answered as after a failed call,
+/// and a lock handed to one that is gone lapses after its lease). A
+/// release kept but no longer polled holds its waiters up, as any future
+/// that is not polled.
 async fn hand_on(
     client: LockClient,
     label: String,

@@ -8,6 +8,7 @@
 //! caller that is dropped before it is done hands the rest to a task.
 
 use std::future::Future;
+use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
@@ -39,7 +40,16 @@ impl<T: Send + 'static> Future for Detached<T> {
             .future
             .as_mut()
             .expect("a Detached future is not polled after it is done");
-        let Poll::Ready(output) = future.as_mut().poll(cx) else {
+        // A future that panicked is done too: it must not be spawned again
+        // on drop (it would only panic once more, in a task of its own).
+        let polled = match catch_unwind(AssertUnwindSafe(|| future.as_mut().poll(cx))) {
+            Ok(polled) => polled,
+            Err(panic) => {
+                self.future = None;
+                resume_unwind(panic);
+            }
+        };
+        let Poll::Ready(output) = polled else {
             return Poll::Pending;
         };
         self.future = None;
@@ -75,6 +85,15 @@ mod tests {
         });
         let (caller, ran_in) = caller.await.unwrap();
         assert_eq!(caller, ran_in, "no task of its own");
+    }
+
+    #[test]
+    fn a_future_that_panicked_is_not_run_again() {
+        let mut detached = Detached::new(async { panic!("the future's own panic") });
+        let mut cx = Context::from_waker(std::task::Waker::noop());
+        let polled = catch_unwind(AssertUnwindSafe(|| Pin::new(&mut detached).poll(&mut cx)));
+        assert!(polled.is_err(), "the panic reaches the caller");
+        assert!(detached.future.is_none(), "nothing left to spawn on drop");
     }
 
     #[tokio::test(start_paused = true)]
