@@ -708,27 +708,38 @@ mod tests {
         assert_eq!(next_wake(), Some(start + Duration::from_millis(100)));
     }
 
+    /// Whether the watchdog was told to look again since this was last
+    /// asked (a pending notification, taken).
+    fn woken(registry: &Registry) -> bool {
+        use futures_util::FutureExt;
+        registry.changed.notified().now_or_never().is_some()
+    }
+
     #[tokio::test(start_paused = true)]
     async fn locks_that_come_and_go_do_not_wake_the_watchdog_each() {
-        use futures_util::FutureExt;
         let registry = Registry::default();
         let owner: Arc<str> = "o".into();
         let start = Instant::now();
         let lease = Duration::from_secs(30);
-        let woken = || registry.changed.notified().now_or_never().is_some();
         let (a, b) = (LockKeys::new("t:", "a"), LockKeys::new("t:", "b"));
 
         // The first lock wakes the watchdog, which runs after the lock is
         // gone again: it stays on a timer.
         let held = registry.hold(acquisition(&a, &owner, lease, start));
-        assert!(woken(), "asleep until told: the first lock tells it");
+        assert!(
+            woken(&registry),
+            "asleep until told: the first lock tells it"
+        );
         registry.unhold(&held);
         let (_, _, next) = registry.sweep(start);
         assert_eq!(next, Some(start + IDLE_WAKE));
 
         // The next lock falls due later than that: no wake.
         let held = registry.hold(acquisition(&b, &owner, lease, start));
-        assert!(!woken(), "a lock due later than the timer does not wake it");
+        assert!(
+            !woken(&registry),
+            "a lock due later than the timer does not wake it"
+        );
         registry.unhold(&held);
 
         // A pass with locks taken since the last keeps the timer; a pass
@@ -738,40 +749,36 @@ mod tests {
         let (_, _, next) = registry.sweep(start + IDLE_WAKE * 2);
         assert_eq!(next, None);
         registry.hold(acquisition(&a, &owner, lease, start + IDLE_WAKE * 2));
-        assert!(woken(), "asleep until told again");
+        assert!(woken(&registry), "asleep until told again");
     }
 
     #[tokio::test(start_paused = true)]
     async fn a_lock_held_long_does_not_make_each_new_lock_wake_the_watchdog() {
-        use futures_util::FutureExt;
         let registry = Registry::default();
         let owner: Arc<str> = "o".into();
         let start = Instant::now();
-        let woken = || registry.changed.notified().now_or_never().is_some();
         let (long, short) = (LockKeys::new("t:", "long"), LockKeys::new("t:", "short"));
         registry.hold(acquisition(&long, &owner, Duration::from_secs(60), start));
-        assert!(woken());
+        assert!(woken(&registry));
         // Renewal of the long lock falls due in 20 s; locks were taken, so
         // the watchdog looks again within a second.
         let (_, _, next) = registry.sweep(start);
         assert_eq!(next, Some(start + IDLE_WAKE));
         // A lock of a shorter lease falls due in 10 s: after that second.
         let held = registry.hold(acquisition(&short, &owner, Duration::from_secs(30), start));
-        assert!(!woken(), "due after the next look: no wake");
+        assert!(!woken(&registry), "due after the next look: no wake");
         registry.unhold(&held);
     }
 
     #[tokio::test(start_paused = true)]
     async fn a_new_lock_wakes_the_watchdog_in_time_to_declare_it_lost_early() {
-        use futures_util::FutureExt;
         let registry = Registry::default();
         let owner: Arc<str> = "o".into();
         let start = Instant::now();
-        let woken = || registry.changed.notified().now_or_never().is_some();
         let (a, b) = (LockKeys::new("t:", "a"), LockKeys::new("t:", "b"));
         registry.hold(acquisition(&a, &owner, Duration::from_secs(30), start));
         registry.sweep(start);
-        assert!(woken());
+        assert!(woken(&registry));
         let next_wake = start + IDLE_WAKE;
         assert_eq!(registry.entries().next_wake, Some(next_wake));
         // A fixed lease valid until 1 ms after that wake: loss is declared
@@ -783,7 +790,7 @@ mod tests {
             ..acquisition(&b, &owner, lease, start)
         };
         registry.hold(fixed);
-        assert!(woken(), "due before the next wake");
+        assert!(woken(&registry), "due before the next wake");
         assert_eq!(
             registry.entries().next_wake,
             Some(start + lease - drift - DECLARE_EARLY)
