@@ -15,6 +15,7 @@ use crate::base::config::Config;
 use crate::base::error::LockError;
 use crate::base::kind::Kind;
 use crate::base::owner;
+use crate::base::redact::redact_urls;
 use crate::engine::backend::{self, Backend, Topology};
 use crate::engine::handoffs::Offers;
 use crate::engine::wakeups::{OnDisconnect, Subscriber, Wakeups};
@@ -390,7 +391,7 @@ async fn connect_deployment(
         }
         Deployment::Cluster(seeds) => {
             let source = ClusterSource::from_nodes(&urls(seeds)?, config)?;
-            one(connect_cluster(source, seeds.join(","), config, push()).await?)
+            one(connect_cluster(source, redact_urls(seeds), config, push()).await?)
         }
         Deployment::ClusterNodes(seeds) => {
             let address = seeds
@@ -406,7 +407,7 @@ async fn connect_deployment(
             one(connect_cluster(source, "a ClusterClient".into(), config, push()).await?)
         }
         Deployment::Sentinel { sentinels, service } => {
-            let address = format!("{service} via {}", sentinels.join(","));
+            let address = format!("{service} via {}", redact_urls(sentinels));
             let sentinels = Sentinels::new(sentinels, service, config)?;
             one(connect_sentinel(sentinels, address, config, wakeups, on_disconnect).await?)
         }

@@ -1,5 +1,6 @@
 //! Plain types every layer shares: errors, lock names and their keys,
-//! owner ids, the kinds of lock, client settings as data, telemetry
+//! owner ids, the kinds of lock, client settings as data, connection URLs
+//! with their passwords hidden for messages, telemetry
 //! (which takes labels and numbers), and a future that finishes in a task
 //! of its own when its caller drops it. Nothing here does I/O or imports
 //! from the layers above.
@@ -10,4 +11,5 @@ pub(crate) mod error;
 pub(crate) mod keys;
 pub(crate) mod kind;
 pub(crate) mod owner;
+pub(crate) mod redact;
 pub(crate) mod telemetry;

@@ -29,6 +29,7 @@ use redis::{
 
 use crate::base::config::Config;
 use crate::base::error::LockError;
+use crate::base::redact::Redacted;
 #[cfg(feature = "memory")]
 use crate::store::memory::MemoryServer;
 
@@ -328,11 +329,11 @@ pub(crate) fn node_info(info: ConnectionInfo) -> ConnectionInfo {
     info.set_tcp_settings(settings)
 }
 
-/// Parses a URL, naming it in the error.
+/// Parses a URL, naming it in the error (its password hidden).
 pub(crate) fn connection_info(url: &str) -> Result<ConnectionInfo, LockError> {
     url.into_connection_info()
         .map(node_info)
-        .map_err(|err| LockError::Config(format!("bad Redis URL `{url}`: {err}")))
+        .map_err(|err| LockError::Config(format!("bad Redis URL `{}`: {err}", Redacted(url))))
 }
 
 /// Whether `info` carries TLS certificates of its own (a client built with

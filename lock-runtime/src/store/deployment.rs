@@ -12,6 +12,7 @@ use redis::aio::ConnectionManager;
 use redis::cluster::ClusterClient;
 use redis::sentinel::SentinelClient;
 
+use crate::base::redact::{Redacted, RedactedList};
 #[cfg(feature = "memory")]
 use crate::store::memory::MemoryStore;
 
@@ -21,6 +22,8 @@ use crate::store::memory::MemoryStore;
 /// `LockClient::connect("redis://127.0.0.1:6379")` keeps working; the other
 /// deployments have constructors. URLs may carry a user name, a password,
 /// a database number (not in a Cluster) and the `rediss://` scheme for TLS.
+/// A password never shows: `Debug` output, errors and `tracing` fields
+/// write it as `***`.
 ///
 /// ```no_run
 /// # async fn run() -> Result<(), lock_runtime::LockError> {
@@ -332,19 +335,23 @@ impl Deployment {
     }
 }
 
-/// Lists what each deployment names; credentials stay redacted (redis-rs
-/// redacts passwords in its own `Debug` output).
+/// Lists what each deployment names, with every password shown as `***`
+/// (redis-rs redacts passwords in its own `Debug` output).
 impl fmt::Debug for Deployment {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Deployment::Server(url) => f.debug_tuple("Server").field(url).finish(),
-            Deployment::Cluster(urls) => f.debug_tuple("Cluster").field(urls).finish(),
+            Deployment::Server(url) => f.debug_tuple("Server").field(&Redacted(url)).finish(),
+            Deployment::Cluster(urls) => {
+                f.debug_tuple("Cluster").field(&RedactedList(urls)).finish()
+            }
             Deployment::Sentinel { sentinels, service } => f
                 .debug_struct("Sentinel")
-                .field("sentinels", sentinels)
+                .field("sentinels", &RedactedList(sentinels))
                 .field("service", service)
                 .finish(),
-            Deployment::Redlock(urls) => f.debug_tuple("Redlock").field(urls).finish(),
+            Deployment::Redlock(urls) => {
+                f.debug_tuple("Redlock").field(&RedactedList(urls)).finish()
+            }
             #[cfg(feature = "memory")]
             Deployment::Memory(store) => f.debug_tuple("Memory").field(store).finish(),
             Deployment::ServerInfo(info) => f.debug_tuple("ServerInfo").field(info).finish(),
