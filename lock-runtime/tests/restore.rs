@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 use common::{
     QUARANTINE, builder, client, connect, ok, start_server_with_clients, try_once_when_up,
 };
+use lock_runtime::LockError;
 use lock_testkit::{RedisServer, unique_key};
 
 /// Takes and releases `name` once; its fencing token.
@@ -90,6 +91,23 @@ async fn a_lock_granted_after_the_snapshot_is_not_granted_again_within_the_quara
         .await
         .expect_err("granted again while its holder may still work");
     assert!(refused.is_timeout(), "{refused}");
+    // Named as the quarantine, with the time left, not as a holder's lock.
+    let &LockError::Quarantined { left, .. } = &refused else {
+        panic!("not named as the quarantine: {refused}");
+    };
+    assert!(left > Duration::ZERO && left <= QUARANTINE, "{left:?}");
+    assert!(
+        refused.to_string().contains("restart quarantine"),
+        "{refused}"
+    );
+    // A waiter whose wait ends within the quarantine is told the same.
+    let waited = newcomer
+        .lock(name.as_str())
+        .wait(Duration::from_millis(300))
+        .acquire()
+        .await
+        .expect_err("still within the quarantine");
+    assert!(matches!(waited, LockError::Quarantined { .. }), "{waited}");
     assert!(
         restarted_at.elapsed() < QUARANTINE,
         "the check came too late"

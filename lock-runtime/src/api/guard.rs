@@ -332,6 +332,13 @@ impl LockGuard {
 
     /// Gives the lock back (one level, if re-entered) and stops renewing it.
     ///
+    /// A release whose future is dropped before it is done (a `timeout`
+    /// around it, a request handler cancelled) still gives the lock back,
+    /// in a task of its own: the last guard's release frees every level,
+    /// which is safe to send late. Only a nested guard's one-level release
+    /// stops with its future, and the enclosing guard's release then frees
+    /// that level too.
+    ///
     /// # Errors
     ///
     /// [`LockError::Lost`] when the lock was lost before the release, or
@@ -347,7 +354,14 @@ impl LockGuard {
             last,
             keep_until: self.keep_until,
         };
-        end(&self.client, &self.held, ending, telemetry).await
+        if !last {
+            return end(&self.client, &self.held, ending, telemetry).await;
+        }
+        // Nobody would give the locks back if this future were dropped
+        // midway (the watchdog stopped renewing them): they would stay
+        // taken by nobody for their whole lease.
+        let (client, held) = (self.client.clone(), std::mem::take(&mut self.held));
+        Detached::new(async move { end(&client, &held, ending, telemetry).await }).await
     }
 }
 

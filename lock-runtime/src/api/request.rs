@@ -11,7 +11,7 @@ use crate::api::client::LockClient;
 use crate::api::guard::{LockGuard, renewals};
 use crate::api::scope;
 use crate::base::config::{MAX_LEASE, Replicas};
-use crate::base::error::LockError;
+use crate::base::error::{LockError, LossReason};
 use crate::base::keys::LockKeys;
 use crate::base::kind::Kind;
 use crate::base::telemetry::{self, Acquiring, Hold, Tracked};
@@ -59,9 +59,11 @@ pub struct LockRequest {
 enum Outcome {
     Taken(LockGuard),
     /// Another owner holds at least one of the locks, for this much longer
-    /// at most (`None`: one has no expiry).
+    /// at most (`None`: one has no expiry); or, `quarantined`, only the
+    /// restart quarantine keeps them, for `ttl` more.
     Busy {
         ttl: Option<Duration>,
+        quarantined: bool,
     },
 }
 
@@ -336,6 +338,11 @@ impl LockRequest {
             self.check_reentry(&keys, owner)?;
         }
         let mut owner = scoped.clone().unwrap_or_else(|| self.client.new_owner());
+        // A fresh owner id whose acquire call got no answer (a timeout, a
+        // connection lost), or whose call is cut short by the caller
+        // dropping this future, may hold the locks with nobody using them:
+        // what it may hold is given back if the request ends without a guard.
+        let mut unsettled = Unsettled::new(&self, &keys);
         let started = Instant::now();
         // A wait too long for the clock (`Duration::MAX`: wait as long as it
         // takes) ends in thirty years, as tokio's far future does.
@@ -376,21 +383,33 @@ impl LockRequest {
         });
         // How long the first attempt found the lock taken for, if it said.
         let mut first_busy = None;
+        // Until when the restart quarantine keeps the locks closed, when the
+        // last attempt found only it in the way.
+        let mut closed = None;
         if !behind {
-            match self.attempt(&keys, &owner, deadline, span).await {
+            unsettled.arm(&owner, scoped.is_some());
+            let first = self
+                .attempt(&keys, (&owner, scoped.is_some()), deadline, span)
+                .await;
+            unsettled.settle_unless_unknown(&first);
+            match first {
                 Ok(Outcome::Taken(guard)) => {
                     Waiting::taken(&mut marked);
                     return Ok(guard);
                 }
-                Ok(Outcome::Busy { .. }) if self.wait.is_zero() => {
-                    return Err(self.timeout(started));
+                Ok(Outcome::Busy { ttl, quarantined }) if self.wait.is_zero() => {
+                    return Err(self.timeout(started, closed_until(quarantined, ttl)));
                 }
-                Ok(Outcome::Busy { ttl }) => first_busy = ttl,
+                Ok(Outcome::Busy { ttl, quarantined }) => {
+                    first_busy = ttl;
+                    closed = closed_until(quarantined, ttl);
+                }
                 Err(err) if self.wait.is_zero() || !err.is_unavailable() || scoped.is_some() => {
                     return Err(err);
                 }
                 Err(_) => {
                     owner = self.abandon(&keys, owner);
+                    unsettled.settle();
                     Waiting::new_owner(&mut marked, &owner);
                     // Registered under the old owner id.
                     early = None;
@@ -463,30 +482,44 @@ impl LockRequest {
                 let look_again = self.lease.min(Duration::from_secs(3)) / 3;
                 Ok(Outcome::Busy {
                     ttl: Some(first_busy.map_or(look_again, |ttl| ttl.min(look_again))),
+                    quarantined: false,
                 })
             } else {
                 tried_at = now;
-                self.attempt(&keys, &owner, deadline, span).await
+                unsettled.arm(&owner, scoped.is_some());
+                let attempt = self
+                    .attempt(&keys, (&owner, scoped.is_some()), deadline, span)
+                    .await;
+                unsettled.settle_unless_unknown(&attempt);
+                attempt
             };
             let mut wake = match attempt {
                 Ok(Outcome::Taken(guard)) => {
+                    unsettled.settle();
                     Waiting::taken(&mut in_line);
                     Waiting::taken(&mut marked);
                     watch.acquired();
                     return Ok(guard);
                 }
                 // Sleep until the holder's lease would run out at the latest.
-                Ok(Outcome::Busy { ttl }) => {
+                Ok(Outcome::Busy { ttl, quarantined }) => {
                     last_error = None;
+                    closed = closed_until(quarantined, ttl);
                     tracing::trace!(?ttl, live = watch.is_live(), "still busy");
                     ttl.map_or(deadline, |ttl| now + ttl + Duration::from_millis(1))
                 }
-                // Redis unreachable or slow: keep trying within the wait
-                // (a fair waiter would lose its place with a new owner id).
-                Err(err) if err.is_unavailable() && scoped.is_none() && in_line.is_none() => {
+                // Redis unreachable or slow: keep trying within the wait.
+                Err(err) if err.is_unavailable() && scoped.is_none() => {
                     tracing::debug!(error = %err, "acquire failed; retrying");
-                    owner = self.abandon(&keys, owner);
-                    Waiting::new_owner(&mut marked, &owner);
+                    // A fair waiter keeps its owner id, and so its place in
+                    // line: a grant the failed call made is found as its
+                    // own by the next attempt (a re-entry, given back whole
+                    // with the guard), and given back if none comes.
+                    if in_line.is_none() {
+                        owner = self.abandon(&keys, owner);
+                        unsettled.settle();
+                        Waiting::new_owner(&mut marked, &owner);
+                    }
                     last_error = Some(err);
                     backoff = (backoff * 2).min(Duration::from_millis(500));
                     now + backoff
@@ -494,7 +527,7 @@ impl LockRequest {
                 Err(err) => return Err(err),
             };
             if Instant::now() >= deadline {
-                return Err(last_error.unwrap_or_else(|| self.timeout(started)));
+                return Err(last_error.unwrap_or_else(|| self.timeout(started, closed)));
             }
             if !watch.is_live() {
                 wake = wake.min(now + FALLBACK_RETRY);
@@ -519,7 +552,7 @@ impl LockRequest {
                 (None, Some(offered)) => tokio::select! {
                     answer = offered.withdraw() => answer,
                     _ = tokio::time::sleep_until(deadline) => {
-                        return Err(self.timeout(started));
+                        return Err(self.timeout(started, closed));
                     }
                 },
                 (None, None) => None,
@@ -578,7 +611,7 @@ impl LockRequest {
     async fn attempt(
         &self,
         keys: &[LockKeys],
-        owner: &Arc<str>,
+        (owner, reentry): (&Arc<str>, bool),
         deadline: Instant,
         span: &tracing::Span,
     ) -> Result<Outcome, LockError> {
@@ -601,14 +634,31 @@ impl LockRequest {
             name: &self.label,
             locks: keys,
             owner,
+            reentry,
             kind: self.kind,
             times,
             line: (FAIR_STAY, !self.wait.is_zero()),
             replicas,
         };
-        let taken = match backend.acquire(&attempt).await? {
-            Acquired::Held(taken) => taken,
-            Acquired::Busy { ttl } => return Ok(Outcome::Busy { ttl }),
+        let taken = match backend.acquire(&attempt).await {
+            Ok(Acquired::Held(taken)) => taken,
+            Ok(Acquired::Busy { ttl, quarantined }) => {
+                return Ok(Outcome::Busy { ttl, quarantined });
+            }
+            Err(err) => {
+                if reentry && err.is_lost() {
+                    // The lock went while the enclosing critical section
+                    // held it (force-released, evicted, lost in a
+                    // failover): that hold is over too, and its body is
+                    // stopped as on any loss.
+                    for lock in keys {
+                        inner
+                            .registry
+                            .lose_all(lock, owner, LossReason::NotHeldAtReentry);
+                    }
+                }
+                return Err(err);
+            }
         };
         self.grant(keys, owner, &taken, (sent, replicas), span)
             .await
@@ -655,6 +705,7 @@ impl LockRequest {
                 .await?;
             return Ok(Outcome::Busy {
                 ttl: Some(Duration::ZERO),
+                quarantined: false,
             });
         }
         if let Some(first) = taken.first() {
@@ -697,33 +748,64 @@ impl LockRequest {
     }
 
     /// Gives back, in the background, whatever `owner` may hold of `keys`
-    /// (see [`abandon`](Self::abandon)).
+    /// (see [`abandon`](Self::abandon)); `owner` is never used again.
+    ///
+    /// Sent at once, the give-back runs after the acquire call on the same
+    /// connection. It is sent once more a command timeout later (with a
+    /// replica wait, that too): the acquire may have gone out on another
+    /// connection (the one kept for `WAIT`), or on one that has since been
+    /// replaced, and a server that stalled may run the two in either order
+    /// when it resumes. Every level of an owner id nobody uses is safe to
+    /// give back twice.
     fn give_back_for(&self, keys: &[LockKeys], owner: Arc<str>) {
-        let backend = self.client.inner.backend.clone();
+        let inner = &self.client.inner;
+        let backend = inner.backend.clone();
         let (label, keys) = (self.label.clone(), keys.to_vec());
         let kind = self.kind;
+        let again_after = inner.config.command_timeout
+            + inner
+                .config
+                .replicas(self.replicas)
+                .map_or(Duration::ZERO, |replicas| replicas.timeout);
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             return;
         };
         runtime.spawn(async move {
             let stored = Stored::for_kind(kind, &keys[0]);
-            let released = backend
-                .release(&label, &keys, &stored, &owner, Giving::ABANDONED)
-                .await;
-            if let Ok(released) = released
-                && released.contains(&Released::Free)
-            {
-                tracing::debug!(key = %label, "dropped a lock whose acquire answer was lost");
+            for pause in [Duration::ZERO, again_after] {
+                tokio::time::sleep(pause).await;
+                let released = backend
+                    .release(&label, &keys, &stored, &owner, Giving::ABANDONED)
+                    .await;
+                if let Ok(released) = released
+                    && released.contains(&Released::Free)
+                {
+                    tracing::debug!(key = %label, "gave back a lock whose acquire answer was lost");
+                }
             }
         });
     }
 
-    fn timeout(&self, started: Instant) -> LockError {
-        LockError::Timeout {
-            key: self.label.clone(),
-            waited: started.elapsed(),
+    /// The error for a wait that ended without the locks: held by others,
+    /// or, when the last attempt found only the restart quarantine in the
+    /// way, closed by it until `closed`.
+    fn timeout(&self, started: Instant, closed: Option<Instant>) -> LockError {
+        let (key, waited) = (self.label.clone(), started.elapsed());
+        match closed {
+            Some(until) => LockError::Quarantined {
+                key,
+                waited,
+                left: until.saturating_duration_since(Instant::now()),
+            },
+            None => LockError::Timeout { key, waited },
         }
     }
+}
+
+/// Until when the restart quarantine keeps locks closed, from an attempt
+/// that found only it in the way (see [`Outcome::Busy`]).
+fn closed_until(quarantined: bool, ttl: Option<Duration>) -> Option<Instant> {
+    quarantined.then(|| Instant::now() + ttl.unwrap_or_default())
 }
 
 /// The answer to a waiter's offer, if it made one; otherwise never.
@@ -731,6 +813,61 @@ async fn answer_to(offered: &mut Option<Offered<'_>>) -> Answer {
     match offered {
         Some(offered) => offered.answered().await,
         None => std::future::pending().await,
+    }
+}
+
+/// A fresh owner id whose last acquire call may have granted the locks
+/// without the caller learning of it: the call got no answer (timed out,
+/// its connection lost), or the request's future was dropped while it was
+/// on its way. Redis may run such a call after its caller gave up (a
+/// stalled server runs it when it resumes), which would leave the locks
+/// taken by nobody for a whole lease. Unless settled, what the owner id
+/// may hold is given back when the request ends (see
+/// [`LockRequest::give_back_for`]). A re-entry's owner id belongs to the
+/// enclosing critical section and is never given back from here.
+struct Unsettled<'a> {
+    request: &'a LockRequest,
+    keys: &'a [LockKeys],
+    owner: Option<Arc<str>>,
+}
+
+impl<'a> Unsettled<'a> {
+    fn new(request: &'a LockRequest, keys: &'a [LockKeys]) -> Self {
+        Unsettled {
+            request,
+            keys,
+            owner: None,
+        }
+    }
+
+    /// An acquire call under `owner` is about to be sent.
+    fn arm(&mut self, owner: &Arc<str>, reentry: bool) {
+        if !reentry {
+            self.owner = Some(owner.clone());
+        }
+    }
+
+    /// The owner id holds nothing unknown to the caller: the call was
+    /// answered, or what it may hold was given back.
+    fn settle(&mut self) {
+        self.owner = None;
+    }
+
+    /// Settles unless the attempt failed without knowing whether its call
+    /// ran.
+    fn settle_unless_unknown<T>(&mut self, attempt: &Result<T, LockError>) {
+        if !matches!(attempt, Err(err) if err.is_unavailable()) {
+            self.settle();
+        }
+    }
+}
+
+impl Drop for Unsettled<'_> {
+    fn drop(&mut self) {
+        if let Some(owner) = self.owner.take() {
+            tracing::debug!(key = %self.request.label, "acquire ended without knowing whether it was granted; giving back what it may hold");
+            self.request.give_back_for(self.keys, owner);
+        }
     }
 }
 

@@ -28,6 +28,25 @@ pub enum LockError {
         /// How long the caller waited.
         waited: Duration,
     },
+    /// The wait ended while the restart quarantine held the lock back: the
+    /// server (or its lock's hash slot) restarted less than
+    /// [`restart_quarantine`](crate::LockClientBuilder::restart_quarantine)
+    /// ago, maybe from an older snapshot, so no fencing token is drawn
+    /// there until the quarantine ends, even for a lock nobody holds.
+    /// [`is_timeout`](LockError::is_timeout) is true for it too: trying
+    /// again after `left` succeeds if nobody else took the lock.
+    #[error(
+        "timed out after {waited:?} waiting for lock `{key}`: held back by the restart quarantine \
+         for {left:?} more (the server restarted recently; no fencing token is drawn until then)"
+    )]
+    Quarantined {
+        /// The lock's name.
+        key: String,
+        /// How long the caller waited.
+        waited: Duration,
+        /// How much longer the quarantine lasts, as the server last said.
+        left: Duration,
+    },
     /// The lock was held and is not any more, or may not be.
     #[error("lost lock `{key}`: {reason}")]
     Lost {
@@ -145,6 +164,11 @@ pub enum LossReason {
     Expired,
     /// Releasing found the lock already gone or taken over.
     NotHeldAtRelease,
+    /// Taking it again from inside its critical section (a nested locked
+    /// call on the same lock) found it gone or held by another owner: it
+    /// was deleted (an operator's force-release, an eviction, a failover
+    /// that lost it) while the enclosing holder thought it held it.
+    NotHeldAtReentry,
     /// Its fixed lease ran out: it was taken with
     /// [`fixed_lease`](crate::LockRequest::fixed_lease) (`lock_at_most` of
     /// the attribute) and held to the end of it.
@@ -157,15 +181,23 @@ impl fmt::Display for LossReason {
             LossReason::NotHeld => "renewal found it deleted or held by another owner",
             LossReason::Expired => "no renewal confirmed before its lease could run out",
             LossReason::NotHeldAtRelease => "it was no longer held when released",
+            LossReason::NotHeldAtReentry => {
+                "taking it again inside its critical section found it deleted or held by another owner"
+            }
             LossReason::LeaseEnded => "its fixed lease ran out",
         })
     }
 }
 
 impl LockError {
-    /// True for [`LockError::Timeout`]: the lock stayed taken for the whole wait.
+    /// True for [`LockError::Timeout`]: the lock stayed taken for the whole
+    /// wait; and for [`LockError::Quarantined`], a wait the restart
+    /// quarantine ended.
     pub fn is_timeout(&self) -> bool {
-        matches!(self, LockError::Timeout { .. })
+        matches!(
+            self,
+            LockError::Timeout { .. } | LockError::Quarantined { .. }
+        )
     }
 
     /// True for [`LockError::Lost`]: mutual exclusion can no longer be assumed.
@@ -189,6 +221,7 @@ impl LockError {
     pub fn key(&self) -> Option<&str> {
         match self {
             LockError::Timeout { key, .. }
+            | LockError::Quarantined { key, .. }
             | LockError::Lost { key, .. }
             | LockError::WrongType { key, .. }
             | LockError::ReadOnly { key, .. }

@@ -51,7 +51,7 @@ use crate::base::kind::Kind;
 ///   `fair`;
 /// * `outcome`: on the histograms, how the wait or hold ended;
 /// * `reason` on [`LOCK_LOST_TOTAL`]: `not_held`, `expired`, `not_held_at_release`,
-///   `lease_ended`;
+///   `not_held_at_reentry`, `lease_ended`;
 /// * `operation` and `error` on [`LOCK_ERRORS_TOTAL`].
 ///
 /// The lock's key is never a label (one series per order id would be
@@ -67,12 +67,14 @@ pub mod metric_names {
     /// Counter: locks taken (each re-entry counts too). Labels: `kind`.
     pub const LOCK_ACQUIRED_TOTAL: &str = "lock_runtime_acquired_total";
     /// Counter: acquisitions that gave up because the lock stayed taken for
-    /// the whole wait. Labels: `kind`.
+    /// the whole wait. Labels: `kind`, `cause` (`held`: another holder;
+    /// `restart_quarantine`: the restart quarantine held it back).
     pub const LOCK_TIMEOUTS_TOTAL: &str = "lock_runtime_timeouts_total";
     /// Counter: held locks found lost, once per lock. Labels: `kind`,
     /// `reason` (`not_held`: a renewal found it deleted or taken over;
     /// `expired`: no renewal was confirmed in time; `not_held_at_release`;
-    /// `lease_ended`: a fixed lease ran out).
+    /// `not_held_at_reentry`: a nested acquisition found it deleted or
+    /// taken over; `lease_ended`: a fixed lease ran out).
     pub const LOCK_LOST_TOTAL: &str = "lock_runtime_lost_total";
     /// Counter: guards released, explicitly or on drop, with the lock
     /// still held. Labels: `kind`.
@@ -206,6 +208,7 @@ fn kind_label(kind: Kind) -> &'static str {
 fn error_label(err: &LockError) -> &'static str {
     match err {
         LockError::Timeout { .. } => "timeout",
+        LockError::Quarantined { .. } => "restart_quarantine",
         LockError::Lost { .. } => "lost",
         LockError::NotInstalled => "not_installed",
         LockError::WrongType { .. } => "wrong_type",
@@ -225,6 +228,7 @@ fn reason_label(reason: LossReason) -> &'static str {
         LossReason::NotHeld => "not_held",
         LossReason::Expired => "expired",
         LossReason::NotHeldAtRelease => "not_held_at_release",
+        LossReason::NotHeldAtReentry => "not_held_at_reentry",
         LossReason::LeaseEnded => "lease_ended",
     }
 }
@@ -311,8 +315,12 @@ impl Acquiring {
             }
             Err(err) if err.is_timeout() => {
                 span.record("outcome", "timed_out");
-                tracing::debug!(parent: &span, ?waited, "timed out");
-                count(LOCK_TIMEOUTS_TOTAL, &[("kind", kind)]);
+                tracing::debug!(parent: &span, ?waited, error = %err, "timed out");
+                let cause = match err {
+                    LockError::Quarantined { .. } => "restart_quarantine",
+                    _ => "held",
+                };
+                count(LOCK_TIMEOUTS_TOTAL, &[("kind", kind), ("cause", cause)]);
                 "timed_out"
             }
             Err(err) => {

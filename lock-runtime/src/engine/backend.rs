@@ -54,7 +54,7 @@ use crate::base::error::LockError;
 use crate::base::keys::{LockKeys, slot};
 use crate::base::kind::Kind;
 use crate::store::node::Node;
-use crate::store::scripts::calls::Next;
+use crate::store::scripts::calls::{Asker, Next};
 use crate::store::scripts::{
     Acquire, Acquired, Call, Giving, HandedOn, Released, Renewing, Stored, Taken, calls,
 };
@@ -103,6 +103,10 @@ pub(crate) struct Attempt<'a> {
     pub(crate) name: &'a str,
     pub(crate) locks: &'a [LockKeys],
     pub(crate) owner: &'a str,
+    /// An enclosing critical section of `owner` holds the locks: the
+    /// attempt re-enters them, and fails as lost if they are not its any
+    /// more (see `acquire.lua`).
+    pub(crate) reentry: bool,
     pub(crate) kind: Kind,
     pub(crate) times: Times,
     /// A fair waiter's place in line: how long it stays there without
@@ -122,13 +126,17 @@ impl Attempt<'_> {
     /// it when `announce` (see [`Giving::announce`] and [`Backend::release`]).
     fn calls(&self, locks: &[LockKeys], announce: bool) -> Acquire {
         let (owner, lease, mark) = (self.owner, self.times.lease, self.times.mark);
+        let asker = Asker {
+            owner,
+            reentry: self.reentry,
+        };
         let take = match self.kind {
-            Kind::Exclusive => calls::acquire(locks, owner, lease, mark),
-            Kind::Permits(permits) => calls::permit_acquire(&locks[0], owner, lease, permits),
-            Kind::Read => calls::read_acquire(&locks[0], owner, lease, mark),
+            Kind::Exclusive => calls::acquire(locks, asker, lease, mark),
+            Kind::Permits(permits) => calls::permit_acquire(&locks[0], asker, lease, permits),
+            Kind::Read => calls::read_acquire(&locks[0], asker, lease, mark),
             Kind::Fair => {
                 let (stay, enqueue) = self.line;
-                calls::fair_acquire(&locks[0], owner, lease, stay, enqueue)
+                calls::fair_acquire(&locks[0], asker, lease, stay, enqueue)
             }
         };
         let giving = Giving {
@@ -531,12 +539,12 @@ async fn on_quorum(nodes: &[Node], attempt: &Attempt<'_>) -> Result<Acquired, Lo
         })
         .collect();
     let mut granted: Vec<(usize, Vec<Taken>)> = Vec::new();
-    let mut busy: Vec<Option<Duration>> = Vec::new();
+    let mut busy: Vec<(Option<Duration>, bool)> = Vec::new();
     let mut errors: Vec<LockError> = Vec::new();
     while let Some((i, outcome)) = pending.next().await {
         match outcome {
             Ok(Acquired::Held(taken)) => granted.push((i, taken)),
-            Ok(Acquired::Busy { ttl }) => busy.push(ttl),
+            Ok(Acquired::Busy { ttl, quarantined }) => busy.push((ttl, quarantined)),
             Err(err) => errors.push(err),
         }
         if granted.len() >= needed || granted.len() + pending.len() < needed {
@@ -601,6 +609,11 @@ async fn on_quorum(nodes: &[Node], attempt: &Attempt<'_>) -> Result<Acquired, Lo
         {
             return Err(errors.swap_remove(i));
         }
+        // A re-entry that masters found no longer its owner's, and that a
+        // quorum does not confirm: the lock is lost.
+        if let Some(i) = errors.iter().position(LockError::is_lost) {
+            return Err(errors.swap_remove(i));
+        }
         let unreachable = errors.len();
         if nodes.len() - unreachable < needed
             && let Some(last) = errors.pop()
@@ -613,10 +626,11 @@ async fn on_quorum(nodes: &[Node], attempt: &Attempt<'_>) -> Result<Acquired, Lo
                 last: Box::new(last),
             });
         }
-        let ttl = busy
-            .iter()
-            .try_fold(Duration::ZERO, |longest, ttl| ttl.map(|t| longest.max(t)));
-        return Ok(Acquired::Busy { ttl });
+        let ttl = busy.iter().try_fold(Duration::ZERO, |longest, (ttl, _)| {
+            ttl.map(|t| longest.max(t))
+        });
+        let quarantined = !busy.is_empty() && busy.iter().all(|(_, quarantined)| *quarantined);
+        return Ok(Acquired::Busy { ttl, quarantined });
     }
     // One token and depth per lock: the largest any granting master gave.
     let merged: Vec<Taken> = (0..keys.len())

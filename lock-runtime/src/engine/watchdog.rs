@@ -397,6 +397,24 @@ impl Registry {
         held.declare_lost(reason);
     }
 
+    /// Marks lost whatever `owner` holds of the lock `keys`, whichever way
+    /// it is stored (the lock hash, a semaphore's or the readers' set): a
+    /// nested acquisition found it no longer `owner`'s, so the enclosing
+    /// hold must stop as on any other loss.
+    pub(crate) fn lose_all(&self, keys: &LockKeys, owner: &str, reason: LossReason) {
+        let readers = keys.readers();
+        let found: Vec<Arc<Held>> = {
+            let entries = self.entries();
+            [keys.lock.as_str(), readers.as_str()]
+                .into_iter()
+                .filter_map(|key| entries.get(key, owner).cloned())
+                .collect()
+        };
+        for held in found {
+            self.lose(&held, reason);
+        }
+    }
+
     /// Renews every held lock now rather than when due: the connection to
     /// Redis dropped, and a restarted server may have lost the locks.
     pub(crate) fn check_now(&self) {

@@ -19,17 +19,30 @@
 --                  that its release is announced. The caller
 --                  takes it back when it stops waiting; a dead caller's
 --                  mark lapses after this long.
--- ARGV[4..6]       the restart quarantine: run id seen, ms, strict (fence.lua)
+-- ARGV[4]          "1" when the caller re-enters: an enclosing critical
+--                  section of its owner id holds every lock (as writer, or
+--                  as reader upgrading). A lock it no longer holds was lost
+--                  (deleted by an operator, evicted, dropped by a failover):
+--                  it is not taken afresh, which would grant it anew behind
+--                  the enclosing holder's back.
+-- ARGV[5..7]       the restart quarantine: run id seen, ms, strict (fence.lua)
 --
 -- Returns {1, fence_1, count_1, ..., fence_n, count_n} when the caller holds
--- every lock afterwards, or {0, pttl} with the longest remaining lease among
--- the holders in the way (-1 when one of them has no expiry); a caller that
+-- every lock afterwards, {-4, i} when it re-enters and no longer holds lock
+-- i, or {0, pttl, quarantined} with the longest remaining lease among
+-- the holders in the way (-1 when one of them has no expiry), and
+-- quarantined 1 when only the restart quarantine is in the way (pttl is
+-- then how long it lasts); a caller that
 -- marked itself waiting is told to try again within half its mark's life,
 -- so that the mark lasts as long as it waits.
 local n = #KEYS / 5
-local q = quarantine_at(ARGV, 4)
+local q = quarantine_at(ARGV, 5)
+local reentry = ARGV[4] == '1'
 local longest = nil
+-- How many things are in the way, and how many of them are the quarantine.
+local blocks, closed_slots = 0, 0
 local function blocked_for(ttl)
+  blocks = blocks + 1
   if ttl < 0 or longest == -1 then
     longest = -1
   elseif not longest or ttl > longest then
@@ -50,6 +63,9 @@ for i = 1, n do
     owner = redis.call('HGET', KEYS[i], 'owner')
   end
   owners[i] = owner
+  if reentry and owner ~= ARGV[1] and (untouched or not holds_place(readers, ARGV[1])) then
+    return {-4, i}
+  end
   if owner and owner ~= ARGV[1] then
     blocked_for(redis.call('PTTL', KEYS[i]))
     if tonumber(ARGV[3]) > 0 then
@@ -80,6 +96,7 @@ for i = 1, n do
         fences[i] = fence
       else
         blocked_for(closed)
+        closed_slots = closed_slots + 1
       end
     end
   end
@@ -91,7 +108,7 @@ if longest then
       longest = math.floor(mark / 2)
     end
   end
-  return {0, longest}
+  return {0, longest, closed_slots == blocks and 1 or 0}
 end
 
 local result = {1}

@@ -20,6 +20,27 @@ fn flag(on: bool) -> String {
     if on { "1" } else { "0" }.to_owned()
 }
 
+/// Who asks for a lock: its owner id, and whether an enclosing critical
+/// section of that owner holds it already (a re-entry, which the acquire
+/// scripts refuse as lost when the lock is no longer that owner's, instead
+/// of granting it afresh).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Asker<'a> {
+    pub(crate) owner: &'a str,
+    pub(crate) reentry: bool,
+}
+
+impl<'a> Asker<'a> {
+    /// An owner taking locks it does not hold yet.
+    #[cfg(test)]
+    pub(crate) fn fresh(owner: &'a str) -> Self {
+        Asker {
+            owner,
+            reentry: false,
+        }
+    }
+}
+
 /// Each lock's keys of one role after another: the layout of the scripts
 /// that take several locks at once (`KEYS[1..n]`, then `KEYS[n+1..2n]`, ...).
 fn by_role(locks: &[LockKeys], roles: &[fn(&LockKeys) -> String]) -> Vec<String> {
@@ -32,7 +53,7 @@ fn by_role(locks: &[LockKeys], roles: &[fn(&LockKeys) -> String]) -> Vec<String>
 /// `acquire.lua`: takes every lock in `locks` or none; a caller that has
 /// to wait for readers holds new readers back with a mark that lasts
 /// `mark` unless it tries again.
-pub(crate) fn acquire(locks: &[LockKeys], owner: &str, lease: Duration, mark: Duration) -> Call {
+pub(crate) fn acquire(locks: &[LockKeys], asker: Asker, lease: Duration, mark: Duration) -> Call {
     let keys = by_role(
         locks,
         &[
@@ -44,9 +65,10 @@ pub(crate) fn acquire(locks: &[LockKeys], owner: &str, lease: Duration, mark: Du
         ],
     );
     let args = vec![
-        owner.to_owned(),
+        asker.owner.to_owned(),
         millis(lease),
         mark.as_millis().to_string(),
+        flag(asker.reentry),
     ];
     Call::new(&ACQUIRE, keys, args).quarantined()
 }
@@ -56,17 +78,18 @@ pub(crate) fn acquire(locks: &[LockKeys], owner: &str, lease: Duration, mark: Du
 /// one of that many).
 pub(crate) fn permit_acquire(
     lock: &LockKeys,
-    owner: &str,
+    asker: Asker,
     lease: Duration,
     permits: impl Into<Permits>,
 ) -> Call {
     let Permits { limit, take } = permits.into();
     let keys = vec![lock.lock.clone(), lock.holders(), lock.fence.to_string()];
     let args = vec![
-        owner.to_owned(),
+        asker.owner.to_owned(),
         millis(lease),
         limit.to_string(),
         take.to_string(),
+        flag(asker.reentry),
     ];
     Call::new(&PERMIT_ACQUIRE, keys, args).quarantined()
 }
@@ -74,7 +97,7 @@ pub(crate) fn permit_acquire(
 /// `read_acquire.lua`: takes or re-enters the read side of a read-write
 /// lock; a caller that has to wait claims the next turn for readers with a
 /// mark that lasts `mark` unless it tries again.
-pub(crate) fn read_acquire(lock: &LockKeys, owner: &str, lease: Duration, mark: Duration) -> Call {
+pub(crate) fn read_acquire(lock: &LockKeys, asker: Asker, lease: Duration, mark: Duration) -> Call {
     let keys = vec![
         lock.lock.clone(),
         lock.readers(),
@@ -84,9 +107,10 @@ pub(crate) fn read_acquire(lock: &LockKeys, owner: &str, lease: Duration, mark: 
         lock.readers_waiting(),
     ];
     let args = vec![
-        owner.to_owned(),
+        asker.owner.to_owned(),
         millis(lease),
         mark.as_millis().to_string(),
+        flag(asker.reentry),
     ];
     Call::new(&READ_ACQUIRE, keys, args).quarantined()
 }
@@ -96,7 +120,7 @@ pub(crate) fn read_acquire(lock: &LockKeys, owner: &str, lease: Duration, mark: 
 /// where it stays for `stay` unless it tries again.
 pub(crate) fn fair_acquire(
     lock: &LockKeys,
-    owner: &str,
+    asker: Asker,
     lease: Duration,
     stay: Duration,
     enqueue: bool,
@@ -108,7 +132,13 @@ pub(crate) fn fair_acquire(
         lock.queue_alive(),
         lock.readers(),
     ];
-    let args = vec![owner.to_owned(), millis(lease), millis(stay), flag(enqueue)];
+    let args = vec![
+        asker.owner.to_owned(),
+        millis(lease),
+        millis(stay),
+        flag(enqueue),
+        flag(asker.reentry),
+    ];
     Call::new(&FAIR_ACQUIRE, keys, args).quarantined()
 }
 
@@ -306,19 +336,19 @@ mod tests {
     #[test]
     fn a_lease_is_never_zero_milliseconds() {
         let lock = LockKeys::new("lock:", "a");
-        let call = permit_acquire(&lock, "me", Duration::from_micros(10), 3);
-        assert_eq!(call.args(), ["me", "1", "3", "1"]);
+        let call = permit_acquire(&lock, Asker::fresh("me"), Duration::from_micros(10), 3);
+        assert_eq!(call.args(), ["me", "1", "3", "1", "0"]);
     }
 
     #[test]
     fn a_permit_request_names_the_semaphores_permits_then_how_many_it_takes() {
         let lock = LockKeys::new("lock:", "pool");
         let several = Permits { limit: 10, take: 4 };
-        let call = permit_acquire(&lock, "me", Duration::from_secs(1), several);
+        let call = permit_acquire(&lock, Asker::fresh("me"), Duration::from_secs(1), several);
         assert_eq!(
             call.keys(),
             ["lock:{pool}", "lock:{pool}:holders", &lock.fence]
         );
-        assert_eq!(call.args(), ["me", "1000", "10", "4"]);
+        assert_eq!(call.args(), ["me", "1000", "10", "4", "0"]);
     }
 }

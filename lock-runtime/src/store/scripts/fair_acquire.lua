@@ -9,11 +9,15 @@
 -- ARGV[2]  lease in milliseconds
 -- ARGV[3]  how long a waiter stays in line without trying again (ms)
 -- ARGV[4]  "1" to wait in line when the lock is not ours to take, "0" not to
--- ARGV[5..7]  the restart quarantine: run id seen, ms, strict (fence.lua)
+-- ARGV[5]  "1" when the caller re-enters (see acquire.lua): a lock it no
+--          longer holds is not taken afresh
+-- ARGV[6..8]  the restart quarantine: run id seen, ms, strict (fence.lua)
 --
--- Returns {1, fence, count} when the caller holds the lock afterwards, or
--- {0, ms} with how long until the holder's lease or the first waiter's
--- place runs out.
+-- Returns {1, fence, count} when the caller holds the lock afterwards,
+-- {-4, 1} when it re-enters and no longer holds it, or
+-- {0, ms, quarantined} with how long until the holder's lease or the first
+-- waiter's place runs out, or, quarantined 1, how long the restart
+-- quarantine keeps the lock closed.
 local now = now_ms()
 -- Waiters that stopped trying (died, gave up silently) leave the line.
 for _, gone in ipairs(redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', now)) do
@@ -27,13 +31,16 @@ if owner == ARGV[1] then
   keep_for(KEYS[1], tonumber(ARGV[2]))
   return {1, tonumber(redis.call('HGET', KEYS[1], 'fence')), count}
 end
+if ARGV[5] == '1' and not redis.call('ZSCORE', KEYS[5], ARGV[1]) then
+  return {-4, 1}
+end
 
 local first = redis.call('ZRANGE', KEYS[3], 0, 0)[1]
 local readers = redis.call('ZCOUNT', KEYS[5], '(' .. now, '+inf')
 local closed = nil
 if not owner and readers == 0 and (not first or first == ARGV[1]) then
   local fence
-  fence, closed = next_fence(KEYS[2], quarantine_at(ARGV, 5))
+  fence, closed = next_fence(KEYS[2], quarantine_at(ARGV, 6))
   if fence then
     -- `fair` tells the release to name the next in line.
     redis.call('HSET', KEYS[1], 'owner', ARGV[1], 'count', 1, 'fence', fence, 'fair', 1)
@@ -70,4 +77,4 @@ if ARGV[4] == '1' then
   keep_for(KEYS[3], stay)
   keep_for(KEYS[4], stay)
 end
-return {0, ttl}
+return {0, ttl, closed and 1 or 0}

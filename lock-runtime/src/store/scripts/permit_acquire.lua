@@ -11,7 +11,9 @@
 -- ARGV[2]  lease in milliseconds
 -- ARGV[3]  the semaphore's number of permits
 -- ARGV[4]  how many of them the caller takes
--- ARGV[5..7]  the restart quarantine: run id seen, ms, strict (fence.lua)
+-- ARGV[5]  "1" when the caller re-enters (see acquire.lua): permits it no
+--          longer holds are not taken afresh
+-- ARGV[6..8]  the restart quarantine: run id seen, ms, strict (fence.lua)
 --
 -- The number of permits is recorded by the acquisition that finds the
 -- semaphore empty, and lives as long as the semaphore has a holder: when the
@@ -23,13 +25,15 @@
 -- Returns:
 --   {1, fence, count}  the caller holds its permits afterwards;
 --   {0, ms}            too few permits are free: ms until the first
---                      holder's lease runs out (or while the restart
---                      quarantine keeps the slot closed, how long it does);
+--                      holder's lease runs out;
+--   {0, ms, 1}         the restart quarantine keeps the slot closed for
+--                      ms more;
 --   {-1, recorded, asked}  the semaphore exists with another number of
 --                      permits than the caller's;
 --   {-2, held, asked}  the caller re-enters, asking for more permits than
 --                      it holds (a re-entry holds what the outer hold does);
---   {-3, limit, asked} the caller asks for none, or for more than there are.
+--   {-3, limit, asked} the caller asks for none, or for more than there are;
+--   {-4, 1}            the caller re-enters and no longer holds its permits.
 local set, hash = KEYS[1], KEYS[2]
 local owner, lease = ARGV[1], tonumber(ARGV[2])
 local limit, take = tonumber(ARGV[3]), tonumber(ARGV[4])
@@ -90,13 +94,16 @@ if redis.call('ZSCORE', set, owner) then
   keep_for(hash, lease)
   return {1, fence, count}
 end
+if ARGV[5] == '1' then
+  return {-4, 1}
+end
 if taken + take > limit then
   local first = redis.call('ZRANGE', set, 0, 0, 'WITHSCORES')
   return {0, tonumber(first[2]) - now}
 end
-local fence, closed = next_fence(KEYS[3], quarantine_at(ARGV, 5))
+local fence, closed = next_fence(KEYS[3], quarantine_at(ARGV, 6))
 if not fence then
-  return {0, closed}
+  return {0, closed, 1}
 end
 redis.call('ZADD', set, now + lease, owner)
 redis.call('HSET', hash, 'c:' .. owner, 1, 'f:' .. owner, fence, 'p:' .. owner, take,

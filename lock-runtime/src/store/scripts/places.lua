@@ -9,7 +9,7 @@
 --
 -- Returns {1, fence, count} when `owner` holds a place afterwards, or
 -- {0, ms until the first lease runs out} when `limit` places are taken (or
--- {0, ms} while the restart quarantine `q` keeps the slot closed).
+-- {0, ms, 1} while the restart quarantine `q` keeps the slot closed).
 local function take_place(set, holders, counter, owner, lease, limit, q)
   local now = now_ms()
   for _, gone in ipairs(redis.call('ZRANGEBYSCORE', set, '-inf', now)) do
@@ -31,7 +31,7 @@ local function take_place(set, holders, counter, owner, lease, limit, q)
   end
   local fence, closed = next_fence(counter, q)
   if not fence then
-    return {0, closed}
+    return {0, closed, 1}
   end
   redis.call('ZADD', set, now + lease, owner)
   redis.call('HSET', holders, 'c:' .. owner, 1, 'f:' .. owner, fence)

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use crate::base::error::LockError;
+use crate::base::error::{LockError, LossReason};
 
 /// What an acquire script found.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -11,8 +11,12 @@ pub(crate) enum Acquired {
     /// depths, in the order the locks were named.
     Held(Vec<Taken>),
     /// Another owner holds at least one lock, for this much longer at most
-    /// (`None`: one has no expiry).
-    Busy { ttl: Option<Duration> },
+    /// (`None`: one has no expiry); or, `quarantined`, only the restart
+    /// quarantine is in the way, for `ttl` more.
+    Busy {
+        ttl: Option<Duration>,
+        quarantined: bool,
+    },
 }
 
 /// One lock as the acquire script left it for the caller.
@@ -55,8 +59,9 @@ pub(crate) fn acquired(name: &str, locks: usize, reply: &[i64]) -> Result<Acquir
                 })
                 .collect(),
         )),
-        [0, ttl] => Ok(Acquired::Busy {
+        [0, ttl, rest @ ..] if rest.len() <= 1 => Ok(Acquired::Busy {
             ttl: (*ttl >= 0).then(|| Duration::from_millis(*ttl as u64)),
+            quarantined: rest == [1],
         }),
         // A semaphore request that cannot be granted (permit_acquire.lua).
         [-1, recorded, asked] => Err(LockError::Config(format!(
@@ -71,6 +76,11 @@ pub(crate) fn acquired(name: &str, locks: usize, reply: &[i64]) -> Result<Acquir
         [-3, limit, asked] => Err(LockError::Config(format!(
             "semaphore `{name}` has {limit} permits: a holder cannot take {asked}"
         ))),
+        // A re-entry that found the lock no longer its owner's (acquire.lua).
+        [-4, _] => Err(LockError::Lost {
+            key: name.to_owned(),
+            reason: LossReason::NotHeldAtReentry,
+        }),
         _ => Err(unexpected(name, "acquire", reply)),
     }
 }

@@ -118,7 +118,12 @@ fn lock_scenario() -> Vec<(&'static str, ScriptInvocation<'static>)> {
     let lease = Duration::from_millis(60_000);
     let mark = Duration::from_millis(5_000);
     let acquire = |lock: &LockKeys, owner: &str, mark: Duration| {
-        invocation(&calls::acquire(slice::from_ref(lock), owner, lease, mark))
+        invocation(&calls::acquire(
+            slice::from_ref(lock),
+            calls::Asker::fresh(owner),
+            lease,
+            mark,
+        ))
     };
     let release = |lock: &LockKeys, owner: &str, all: bool| {
         invocation(&calls::release(
@@ -137,11 +142,31 @@ fn lock_scenario() -> Vec<(&'static str, ScriptInvocation<'static>)> {
             Giving::ONE,
         ))
     };
-    let permit = |owner: &str| invocation(&calls::permit_acquire(&sem, owner, lease, 2));
-    let read = |owner: &str| invocation(&calls::read_acquire(&rw, owner, lease, mark));
+    let permit = |owner: &str| {
+        invocation(&calls::permit_acquire(
+            &sem,
+            calls::Asker::fresh(owner),
+            lease,
+            2,
+        ))
+    };
+    let read = |owner: &str| {
+        invocation(&calls::read_acquire(
+            &rw,
+            calls::Asker::fresh(owner),
+            lease,
+            mark,
+        ))
+    };
     let fair_acquire = |owner: &str| {
         let stay = Duration::from_millis(10_000);
-        invocation(&calls::fair_acquire(&fair, owner, lease, stay, true))
+        invocation(&calls::fair_acquire(
+            &fair,
+            calls::Asker::fresh(owner),
+            lease,
+            stay,
+            true,
+        ))
     };
     let renew = |items: &[(&LockKeys, &str)]| {
         let items: Vec<Renewing<'_>> = items
@@ -161,8 +186,13 @@ fn lock_scenario() -> Vec<(&'static str, ScriptInvocation<'static>)> {
         length: Duration::from_millis(60_000),
         strict: true,
     };
-    let quarantined = calls::acquire(slice::from_ref(&other), "a", lease, Duration::ZERO)
-        .invocation(false, &strict);
+    let quarantined = calls::acquire(
+        slice::from_ref(&other),
+        calls::Asker::fresh("a"),
+        lease,
+        Duration::ZERO,
+    )
+    .invocation(false, &strict);
     // Not a lock script: a string where acquire.lua expects a lock hash.
     let mut set_string = SET_STRING.prepare_invoke();
     set_string.key(&other.lock);

@@ -22,7 +22,7 @@ async fn acquire_fair(
     let stay = Duration::from_millis(10_000);
     run(
         server,
-        &calls::fair_acquire(lock, owner, lease, stay, enqueue),
+        &calls::fair_acquire(lock, calls::Asker::fresh(owner), lease, stay, enqueue),
     )
     .await
     .expect("acquire fairly")

@@ -72,7 +72,12 @@ async fn several_locks_are_taken_all_or_none() {
     let (one, two) = (keys("multi:1"), keys("multi:2"));
     let lease = Duration::from_millis(30_000);
     assert_eq!(acquire(&server, &two, "b:1", lease).await[0], 1);
-    let both = calls::acquire(&[one.clone(), two.clone()], "a:1", lease, Duration::ZERO);
+    let both = calls::acquire(
+        &[one.clone(), two.clone()],
+        calls::Asker::fresh("a:1"),
+        lease,
+        Duration::ZERO,
+    );
     let reply: Vec<i64> = run(&server, &both).await.unwrap();
     assert_eq!(reply[0], 0);
     assert_eq!(

@@ -69,10 +69,15 @@ async fn try_acquire(
     mark: Duration,
     quarantine: &Quarantine,
 ) -> RedisResult<Vec<i64>> {
-    calls::acquire(std::slice::from_ref(lock), owner, lease, mark)
-        .invocation(false, quarantine)
-        .invoke_async(&mut server.clone())
-        .await
+    calls::acquire(
+        std::slice::from_ref(lock),
+        calls::Asker::fresh(owner),
+        lease,
+        mark,
+    )
+    .invocation(false, quarantine)
+    .invoke_async(&mut server.clone())
+    .await
 }
 
 /// Gives back one re-entry level of the lock hash `lock`, or every level
@@ -99,9 +104,12 @@ async fn acquire_permit(
     lease: Duration,
     permits: u32,
 ) -> Vec<i64> {
-    run(server, &calls::permit_acquire(lock, owner, lease, permits))
-        .await
-        .expect("acquire a permit")
+    run(
+        server,
+        &calls::permit_acquire(lock, calls::Asker::fresh(owner), lease, permits),
+    )
+    .await
+    .expect("acquire a permit")
 }
 
 /// Every push a subscriber received.

@@ -39,9 +39,12 @@ async fn acquire_read(
     lease: Duration,
     mark: Duration,
 ) -> Vec<i64> {
-    run(server, &calls::read_acquire(lock, owner, lease, mark))
-        .await
-        .expect("acquire to read")
+    run(
+        server,
+        &calls::read_acquire(lock, calls::Asker::fresh(owner), lease, mark),
+    )
+    .await
+    .expect("acquire to read")
 }
 
 /// Takes (or re-enters) `take` of the `limit` permits of the semaphore
@@ -55,9 +58,12 @@ async fn acquire_several(
     take: u32,
 ) -> Vec<i64> {
     let permits = Permits { limit, take };
-    run(server, &calls::permit_acquire(lock, owner, lease, permits))
-        .await
-        .expect("acquire permits")
+    run(
+        server,
+        &calls::permit_acquire(lock, calls::Asker::fresh(owner), lease, permits),
+    )
+    .await
+    .expect("acquire permits")
 }
 
 /// The semaphore's recorded number of permits and the permits its

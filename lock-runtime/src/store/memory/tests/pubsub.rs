@@ -58,7 +58,7 @@ async fn a_writer_that_held_readers_back_announces_its_release() {
     let subscriber = server.subscriber(inbox.sink());
     subscriber.subscribe(&[&lock.channel()]).unwrap();
     let read = |owner: &'static str| {
-        let call = calls::read_acquire(&lock, owner, lease, lease);
+        let call = calls::read_acquire(&lock, calls::Asker::fresh(owner), lease, lease);
         let server = server.clone();
         async move { run::<Vec<i64>>(&server, &call).await.unwrap() }
     };

@@ -105,7 +105,7 @@ async fn renewal_keeps_the_longer_lease<C: redis::aio::ConnectionLike + Clone>(c
     let lease = Duration::from_millis(30_000);
     let taken: Vec<i64> = invocation(&calls::acquire(
         std::slice::from_ref(&lock),
-        "a:1",
+        calls::Asker::fresh("a:1"),
         lease,
         Duration::ZERO,
     ))
@@ -113,10 +113,15 @@ async fn renewal_keeps_the_longer_lease<C: redis::aio::ConnectionLike + Clone>(c
     .await
     .unwrap();
     assert_eq!(taken[0], 1);
-    let permit: Vec<i64> = invocation(&calls::permit_acquire(&sem, "a:1", lease, 2))
-        .invoke_async(conn)
-        .await
-        .unwrap();
+    let permit: Vec<i64> = invocation(&calls::permit_acquire(
+        &sem,
+        calls::Asker::fresh("a:1"),
+        lease,
+        2,
+    ))
+    .invoke_async(conn)
+    .await
+    .unwrap();
     assert_eq!(permit[0], 1);
     let shorter = Duration::from_millis(600);
     let place = Stored::for_kind(Kind::Permits(2.into()), &sem);

@@ -1,0 +1,122 @@
+//! Releases and acquisitions cut short (a timeout around them, a server
+//! that stalls past the command timeout) never leave a lock taken by
+//! nobody for its lease: a release dropped midway still frees the lock, and
+//! a grant that may have happened after its caller gave up is given back.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::{builder, connect, lock_key, ok, within};
+use lock_runtime::LockClient;
+use lock_testkit::{RedisServer, unique_key};
+
+/// Long enough that a lock left behind would outlast every bound below.
+const LEASE: Duration = Duration::from_secs(30);
+
+/// How long another client may wait for the lock: far less than the lease.
+const WAIT: Duration = Duration::from_secs(5);
+
+/// Asserts that another client takes `name` well within its lease.
+async fn free_for_another(server: &RedisServer, name: &str) {
+    let other = connect(builder(server).default_lease(LEASE)).await;
+    let taken = other.lock(name).wait(WAIT).acquire().await;
+    let guard = taken.unwrap_or_else(|err| {
+        panic!(
+            "`{name}` stayed taken by nobody ({err}); holder: {:?}",
+            server.cli(&["HGETALL", &lock_key(name)])
+        )
+    });
+    ok(server, guard.release().await);
+}
+
+/// Takes and releases a lock once, so that the server has the scripts: an
+/// acquire sent while it stalls then runs when it resumes (a first call
+/// would only find its script missing).
+async fn warm_up(server: &RedisServer, locks: &LockClient) {
+    let guard = ok(server, locks.lock(unique_key("warm-up")).acquire().await);
+    ok(server, guard.release().await);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_dropped_midway_still_frees_the_lock() {
+    let server = RedisServer::start();
+    let locks = connect(builder(&server).default_lease(LEASE)).await;
+    let names: Vec<String> = (0..3).map(|_| unique_key("cut-release")).collect();
+    let mut guards = Vec::new();
+    for name in &names {
+        guards.push(ok(&server, locks.lock(name.as_str()).acquire().await));
+    }
+    let last = guards.pop().expect("three guards");
+    server.pause();
+    // Two releases on their way, held up by the stalled server...
+    let in_flight: Vec<_> = guards
+        .into_iter()
+        .map(|guard| tokio::spawn(guard.release()))
+        .collect();
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    // ...and a third given up on: queued behind them, then dropped.
+    let cut = tokio::time::timeout(Duration::from_millis(20), last.release()).await;
+    assert!(
+        cut.is_err(),
+        "the release cannot finish while Redis is stalled"
+    );
+    server.resume();
+    for release in in_flight {
+        ok(&server, release.await.expect("release task"));
+    }
+    for name in &names {
+        free_for_another(&server, name).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_try_lock_that_timed_out_on_a_stall_does_not_keep_the_lock() {
+    let server = Arc::new(RedisServer::start());
+    let locks = connect(
+        builder(&server)
+            .default_lease(LEASE)
+            .command_timeout(Duration::from_millis(200)),
+    )
+    .await;
+    let name = unique_key("cut-try");
+    warm_up(&server, &locks).await;
+    server.pause();
+    let resume = {
+        let server = server.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(400)).await;
+            server.resume();
+        })
+    };
+    let tried = locks.lock(name.as_str()).try_acquire().await;
+    let err = tried.expect_err("Redis is stalled past the command timeout");
+    assert!(err.is_unavailable(), "{err}");
+    resume.await.expect("resumed");
+    // The acquire ran when Redis resumed; its grant is given back.
+    within(
+        &server,
+        Duration::from_secs(10),
+        "the lock to be free",
+        free_for_another(&server, &name),
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_acquire_dropped_while_its_call_is_on_its_way_leaves_nothing_behind() {
+    let server = RedisServer::start();
+    let locks = connect(builder(&server).default_lease(LEASE)).await;
+    let name = unique_key("cut-acquire");
+    warm_up(&server, &locks).await;
+    server.pause();
+    let cut = tokio::time::timeout(
+        Duration::from_millis(100),
+        locks.lock(name.as_str()).wait(WAIT).acquire(),
+    )
+    .await;
+    assert!(cut.is_err(), "cannot finish while Redis is stalled");
+    server.resume();
+    free_for_another(&server, &name).await;
+}
