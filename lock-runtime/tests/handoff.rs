@@ -5,7 +5,9 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{client, clients, ok, spawn_acquire, start_server_with_clients, within};
+use common::{
+    builder, client, clients, connect, ok, spawn_acquire, start_server_with_clients, within,
+};
 use lock_runtime::{LockClient, LockError, LockGuard};
 use lock_testkit::{RedisServer, unique_key};
 use tokio::task::JoinHandle;
@@ -121,6 +123,36 @@ async fn a_release_dropped_midway_still_hands_the_lock_on() {
         1,
         "handed on: the handoff was the only call"
     );
+    ok(&server, second.release().await);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_handoff_whose_answer_was_lost_is_neither_a_loss_nor_a_stranded_waiter() {
+    let server = RedisServer::start();
+    let locks = connect(builder(&server).command_timeout(Duration::from_millis(300))).await;
+    let name = unique_key("handoff-unanswered");
+    let times = (Duration::from_secs(30), Duration::from_secs(20));
+    let (first, waiting) = held_with_a_waiter(&server, &locks, &name, times).await;
+
+    // The handoff runs, but only once its call timed out: its answer is
+    // lost. The release finds out what it did.
+    let releasing = release_while_paused(&server, first).await;
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    server.resume();
+    let released = within(&server, Duration::from_secs(5), "the release", releasing)
+        .await
+        .expect("release task");
+    assert!(
+        released.is_ok(),
+        "a release that handed the lock on is no loss: {released:?}"
+    );
+    // The waiter is told it holds the lock, well before its wait ends.
+    let (_, taken) = within(&server, Duration::from_secs(5), "the waiter", waiting)
+        .await
+        .unwrap();
+    let second = ok(&server, taken);
+    let holder = server.cli(&["HGET", &common::lock_key(&name), "fence"]);
+    assert_eq!(holder.trim(), second.fence().to_string(), "held as told");
     ok(&server, second.release().await);
 }
 

@@ -531,10 +531,25 @@ async fn hand_on(
             fair: offer.fair,
         })
         .collect();
-    let outcome = inner
+    let mut outcome = inner
         .backend
         .handoff(label, lock, owner, giving, &offers)
         .await;
+    // Every level at once is safe to send again after a failure that
+    // leaves open whether the handoff ran: if it did, the second call
+    // finds the lock with the waiter it went to and says so again (see
+    // `handoff.lua`), so that neither the waiter nor this release is left
+    // guessing.
+    let resent = outcome.is_err() && giving.all;
+    if let Err(err) = &outcome
+        && resent
+    {
+        tracing::debug!(key = %label, error = %err, "handoff failed; sending it again");
+        outcome = inner
+            .backend
+            .handoff(label, lock, owner, giving, &offers)
+            .await;
+    }
     drop(offers);
     let answer = |i: usize| match &outcome {
         Ok(HandedOn {
@@ -562,21 +577,14 @@ async fn hand_on(
             tracing::debug!(key = %label, error = %err, "giving back a lock handed to a waiter that is gone failed; it expires after its lease");
         }
     }
-    let handed = match outcome {
-        Ok(handed) => handed,
-        // Every level at once is safe to send again: a plain release does,
-        // after a failure that leaves open whether the handoff ran (it
-        // finds the lock no longer the releaser's if it did).
-        Err(err) if giving.all => {
-            tracing::debug!(key = %label, error = %err, "handoff failed; releasing");
-            let locks = std::slice::from_ref(lock);
-            return inner
-                .backend
-                .release(label, locks, &Stored::Hash, owner, giving)
-                .await;
-        }
-        Err(err) => return Err(err),
-    };
+    let mut handed = outcome?;
+    // Sent again, and not found held by this releaser: the first call ran
+    // and let it go (to nobody, or to a waiter since gone with its lock).
+    // The watchdog declares a lock lost before its lease could run out, so
+    // a lease that ran out meanwhile is the far less likely reading.
+    if resent && handed.released == Released::NotHeld {
+        handed.released = Released::Free;
+    }
     tracing::debug!(released = ?handed.released, handed = handed.to.is_some(), "released");
     Ok(vec![handed.released])
 }

@@ -19,6 +19,10 @@
 --
 -- Otherwise it is a plain release (release.lua).
 --
+-- Giving back every level (ARGV[2] "1"), it is safe to send again after a
+-- call whose answer was lost: when that call handed the lock on, the lock
+-- is found held by one of the offers, and the answer is given again.
+--
 -- KEYS[1]      the lock hash
 -- KEYS[2..4]   its release channel, queue of fair waiters and their
 --              liveness (release.lua)
@@ -40,6 +44,13 @@ local m = tonumber(ARGV[6])
 local function offer(j)
   local at = 7 + 3 * (j - 1)
   return ARGV[at], ARGV[at + 1], ARGV[at + 2] == '1'
+end
+if held[1] and held[1] ~= ARGV[1] and ARGV[2] == '1' then
+  for j = 1, m do
+    if offer(j) == held[1] then
+      return {0, tonumber(redis.call('HGET', KEYS[1], 'fence')), j}
+    end
+  end
 end
 if held[1] == ARGV[1] and (ARGV[2] == '1' or held[2] == '1') and ARGV[3] == '0' then
   local chosen, chain = nil, tonumber(held[5] or '0')
