@@ -122,13 +122,53 @@ impl LockClientBuilder {
     /// [replica timeout](Self::replica_timeout), the lock is given back and
     /// the attempt fails with [`LockError::NotReplicated`] (retried within
     /// the wait). A renewal that is not confirmed does not move the lock's
-    /// deadline. With Sentinel or a Cluster, this is what keeps a lock from
-    /// being granted twice when the master fails and a replica that had not
-    /// yet received the lock takes over: the replica promoted is the most
-    /// up to date one, and it has every confirmed lock. It costs one round
-    /// trip to the replicas per acquisition and renewal.
+    /// deadline. It costs one round trip to the replicas per acquisition
+    /// and renewal.
+    ///
+    /// With Sentinel or a Cluster, this keeps a failover from granting a
+    /// confirmed lock twice **only when it counts every replica of the
+    /// master**. `WAIT` is satisfied by *any* N replicas, while the replica
+    /// promoted need not be one of them: Sentinel skips replicas it cannot
+    /// reach (a partition that leaves the master, one replica and a client
+    /// on one side, the sentinels and the other replicas on the other) and
+    /// ranks by `replica-priority` before replication offset, and a
+    /// replica with `replica-priority 0`, never promoted, may be the one
+    /// that confirmed. So with two replicas, `min_replicas(1)` narrows the
+    /// window but does not close it; `min_replicas(2)` does, at the price
+    /// that locks are refused (`NotReplicated`) while either replica is
+    /// down or lagging. Only when no replica can be promoted (all at
+    /// priority 0, so no failover) is a smaller count as safe.
+    ///
+    /// On Sentinel, the client reads the replicas when it connects and
+    /// each time it follows the master to a new address (the master's
+    /// `INFO replication`, and `SENTINEL REPLICAS` for their priorities),
+    /// and logs a warning naming the counts when this setting is below
+    /// them; [`strict_min_replicas`](Self::strict_min_replicas) refuses to
+    /// connect instead. A lock that names its own count (including
+    /// through the attribute's `min_replicas` option) is not checked: below
+    /// every replica, it has the same gap.
     pub fn min_replicas(mut self, replicas: u32) -> Self {
         self.config.min_replicas = replicas;
+        self
+    }
+
+    /// Refuse to connect to a Sentinel-watched master when
+    /// [`min_replicas`](Self::min_replicas) does not count every replica
+    /// that could take part in a failover (default off: a warning is
+    /// logged instead).
+    ///
+    /// When set, [`connect`](Self::connect) reads the master's replicas
+    /// (`INFO replication`) and what the sentinels know of them
+    /// (`SENTINEL REPLICAS`: their `replica-priority`, and those down now,
+    /// which Sentinel remembers until `SENTINEL RESET`), and fails with
+    /// [`LockError::Config`] naming the counts when `min_replicas` is below
+    /// the number of replicas while at least one of them can be promoted.
+    /// A replica whose priority the sentinels do not report is counted as
+    /// promotable. Replicas added later are read at the next failover the
+    /// client follows, and a shortfall then is logged as a warning: the
+    /// client does not stop. Other deployments are not checked.
+    pub fn strict_min_replicas(mut self, strict: bool) -> Self {
+        self.config.strict_min_replicas = strict;
         self
     }
 

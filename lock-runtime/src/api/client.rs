@@ -27,6 +27,7 @@ use crate::store::deployment::Deployment;
 #[cfg(feature = "memory")]
 use crate::store::memory::MemoryStore;
 use crate::store::node::Node;
+use crate::store::replicas::ReplicaCheck;
 use crate::store::scripts::Quarantine;
 
 /// A handle to a Redis server for taking locks. Cheap to clone: clones share
@@ -266,14 +267,21 @@ async fn connect_sentinel(
     // master first moves the others before their next command.
     let sentinels = Arc::new(sentinels);
     let settings = connection::manager_config(config);
+    // Whether min_replicas covers the replicas a failover may promote: read
+    // now and at each new master.
+    let replicas = ReplicaCheck::new(sentinels.clone(), config);
     // When commands move to a new master, the locks held on the old one are
     // checked there at once, and the subscriber follows.
     let on_switch: OnSwitch = {
         let check_now = on_disconnect.clone();
         let resubscribe = wakeups.resubscriber(0);
+        let replicas = replicas.clone();
         Arc::new(move || {
             check_now();
             resubscribe();
+            if let Some(replicas) = &replicas {
+                replicas.after_switch();
+            }
         })
     };
     let quiet: OnSwitch = Arc::new(|| {});
@@ -299,6 +307,9 @@ async fn connect_sentinel(
     let (conn, replicated, subscriber) = opened
         .await
         .map_err(|err| LockError::from_redis(None, err))?;
+    if let Some(replicas) = &replicas {
+        replicas.at_connect().await?;
+    }
     Ok((
         Connected {
             address,

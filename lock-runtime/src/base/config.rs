@@ -40,6 +40,9 @@ pub(crate) struct Config {
     /// Replicas that must confirm each acquisition and renewal (0: none).
     pub(crate) min_replicas: u32,
     pub(crate) replica_timeout: Duration,
+    /// Refuse to connect when `min_replicas` does not cover every replica
+    /// a failover may promote (see `strict_min_replicas`).
+    pub(crate) strict_min_replicas: bool,
     /// Connect to servers that may evict keys (see `allow_eviction`).
     pub(crate) allow_eviction: bool,
     /// The level of each lock's `tracing` span.
@@ -61,6 +64,7 @@ impl Default for Config {
             strict_restart_quarantine: false,
             min_replicas: 0,
             replica_timeout: Duration::from_millis(500),
+            strict_min_replicas: false,
             allow_eviction: false,
             span_level: tracing::Level::INFO,
         }

@@ -667,8 +667,14 @@ impl Sentinels {
         Ok(master)
     }
 
+    /// A client of one of the sentinels themselves (the first that answers
+    /// as one), for what they know beyond the master's address.
+    pub(crate) async fn sentinel(&self) -> RedisResult<redis::Client> {
+        self.client.lock().await.async_get_sentinel_client().await
+    }
+
     /// The master address last learned, if any.
-    fn latest(&self) -> Option<String> {
+    pub(crate) fn latest(&self) -> Option<String> {
         self.latest
             .read()
             .unwrap_or_else(|e| e.into_inner())

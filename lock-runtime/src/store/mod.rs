@@ -8,4 +8,5 @@ pub(crate) mod deployment;
 #[cfg(feature = "memory")]
 pub(crate) mod memory;
 pub(crate) mod node;
+pub(crate) mod replicas;
 pub(crate) mod scripts;
