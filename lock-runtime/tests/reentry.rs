@@ -263,3 +263,30 @@ async fn reentering_a_held_lock_does_not_queue_behind_local_waiters() {
         ok(&server, waiter.await.unwrap());
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_nested_fixed_lease_keeps_the_outer_bound() {
+    let (server, [locks]) = start_server_with_clients().await;
+    let name = unique_key("fixed-nested");
+    let key = lock_key(&name);
+    let lease = Duration::from_secs(4);
+    let take = || locks.lock(name.as_str()).lease(lease).fixed_lease();
+    let outer = ok(&server, take().acquire().await);
+    let bound = outer.valid_until();
+    // Part of the bound goes by before the nested call.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    outer
+        .scope(async {
+            let inner = ok(&server, take().acquire().await);
+            assert!(inner.valid_until() <= bound, "the bound moved");
+            // Redis keeps it no longer than the outer lease either (a
+            // stretched lease would be back near 4000 ms).
+            let pttl: u64 = server.cli(&["PTTL", &key]).trim().parse().unwrap();
+            assert!(pttl <= 3000, "stretched in Redis: {pttl} ms left");
+            ok(&server, inner.release().await);
+        })
+        .await
+        .expect("not lost");
+    assert!(outer.valid_until() <= bound, "the bound moved");
+    ok(&server, outer.release().await);
+}

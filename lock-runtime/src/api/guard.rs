@@ -311,8 +311,12 @@ impl LockGuard {
 
     /// The error for this lock having been lost.
     pub fn lost_error(&self) -> LockError {
+        // The lock declared lost, or else the one whose deadline comes (or
+        // came) first: of several locks, the one a loss not declared yet
+        // concerns.
         let lost = self.held.iter().find(|held| held.is_lost());
-        let held = lost.map_or(self.first(), |held| &**held);
+        let earliest = || self.held.iter().min_by_key(|held| held.valid_until());
+        let held = lost.or_else(earliest).map_or(self.first(), |held| &**held);
         // Not declared yet, but past its deadline: it counts as expired (a
         // fixed lease, as ended).
         let reason = held

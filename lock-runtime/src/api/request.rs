@@ -620,7 +620,14 @@ impl LockRequest {
         let backend = &inner.backend;
         let replicas = inner.config.replicas(self.replicas);
         let times = Times {
-            lease: self.lease,
+            // A fixed lease bounds the whole hold: re-entering it adds no
+            // time (the scripts never shorten a lease, and 1 ms is the
+            // shortest one they take).
+            lease: if reentry && self.fixed_lease {
+                Duration::from_millis(1)
+            } else {
+                self.lease
+            },
             // A mark outlives a waiter that died by a lease at most (and no
             // more than a fair waiter's place in line); a live waiter tries
             // again well before it lapses (the scripts see to that).

@@ -316,11 +316,17 @@ impl Registry {
         {
             let mut timing = held.timing();
             timing.guards += 1;
-            timing.lease = timing.lease.max(acquired.lease);
-            timing.drift = timing.drift.max(acquired.drift);
             // A re-entry with the other kind of lease is refused before it
-            // is sent (see `renewed`): the first guard's kind stays.
-            timing.confirm(acquired.sent, acquired.lease);
+            // is sent (see `renewed`): the first guard's kind stays. A
+            // fixed lease is a bound on the whole hold (`lock_at_most`): a
+            // nested fixed-lease call keeps the outer bound, never moves
+            // it (the acquire was sent with no lease to add, see
+            // `LockRequest::attempt`).
+            if acquired.renewed {
+                timing.lease = timing.lease.max(acquired.lease);
+                timing.drift = timing.drift.max(acquired.drift);
+                timing.confirm(acquired.sent, acquired.lease);
+            }
             return held.clone();
         }
         let held = Arc::new(Held {
