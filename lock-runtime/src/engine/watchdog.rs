@@ -152,6 +152,13 @@ impl Held {
         self.reason.get().is_some()
     }
 
+    /// Whether every guard of it has let it go (released or dropped): the
+    /// release is sent after this turns true, so a renewal that then finds
+    /// the lock gone crossed that release, and it is no loss.
+    fn is_released(&self) -> bool {
+        self.timing().guards == 0
+    }
+
     /// Whether the watchdog renews it (not a fixed lease).
     pub(crate) fn is_renewed(&self) -> bool {
         self.timing().renewed
@@ -555,6 +562,11 @@ async fn renew(registry: Arc<Registry>, backend: Backend, batch: Vec<Arc<Held>>)
                         let mut timing = held.timing();
                         timing.confirm(sent, lease);
                         timing.in_flight = false;
+                    }
+                    // Released by its own guards while the renewal was on
+                    // its way: the release deleted it, nobody took it.
+                    Renewal::Gone if held.is_released() => {
+                        tracing::trace!(parent: held.tracked.span(), key = %held.name, fence = held.fence, "renewal crossed the release");
                     }
                     Renewal::Gone => registry.lose(held, LossReason::NotHeld),
                     Renewal::Unknown => retry(held),
