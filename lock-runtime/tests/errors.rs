@@ -4,7 +4,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{client, lock_key, ok, start_server_with_clients};
+use common::{client, lock_key, ok, start_server_with_clients, within};
 use lock_runtime::{LockClient, LockError};
 use lock_testkit::{RedisServer, free_port, unique_key};
 
@@ -156,4 +156,39 @@ async fn bad_names_and_settings_are_config_errors() {
     assert!(matches!(braces, Err(LockError::Config(_))));
     let url = LockClient::connect("http://nope").await;
     assert!(matches!(url, Err(LockError::Config(_))), "{url:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn timeouts_too_long_for_the_clock_mean_no_limit_not_a_panic() {
+    // `Duration::MAX` for "no limit" overflows the clock, and the WAIT
+    // after each acquisition takes its timeout in milliseconds.
+    let master = RedisServer::start();
+    let replica =
+        RedisServer::start_with(&["--replicaof", "127.0.0.1", &master.port().to_string()]);
+    within(
+        &replica,
+        Duration::from_secs(10),
+        "the replica's sync",
+        async {
+            while !replica
+                .cli(&["INFO", "replication"])
+                .contains("master_link_status:up")
+            {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        },
+    )
+    .await;
+    let locks = LockClient::builder(master.url())
+        .connect_timeout(Duration::MAX)
+        .command_timeout(Duration::MAX)
+        .replica_timeout(Duration::MAX)
+        .min_replicas(1)
+        .connect()
+        .await;
+    let locks = ok(&master, locks);
+    let name = unique_key("no-limit");
+    let guard = ok(&master, locks.lock(name.as_str()).acquire().await);
+    assert_eq!(replica.cli(&["EXISTS", &lock_key(&name)]), "1");
+    ok(&master, guard.release().await);
 }

@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use crate::api::client::LockClient;
-use crate::base::config::Config;
+use crate::base::config::{Config, MAX_TIMEOUT};
 use crate::base::error::LockError;
 use crate::store::deployment::Deployment;
 
@@ -173,9 +173,10 @@ impl LockClientBuilder {
     }
 
     /// How long to wait for [replicas](Self::min_replicas) to confirm a
-    /// write (default 500 ms).
+    /// write (default 500 ms). At most a year: a longer one, `Duration::MAX`
+    /// included, is taken as a year.
     pub fn replica_timeout(mut self, timeout: Duration) -> Self {
-        self.config.replica_timeout = timeout;
+        self.config.replica_timeout = timeout.min(MAX_TIMEOUT);
         self
     }
 
@@ -221,15 +222,18 @@ impl LockClientBuilder {
     }
 
     /// Time allowed for each attempt to open a connection (default 5 s).
+    /// At most a year: a longer one, `Duration::MAX` included, is taken as
+    /// a year.
     pub fn connect_timeout(mut self, timeout: Duration) -> Self {
-        self.config.connect_timeout = timeout;
+        self.config.connect_timeout = timeout.min(MAX_TIMEOUT);
         self
     }
 
     /// Time allowed for any one Redis command, after which it fails with
-    /// [`LockError::CommandTimeout`] (default 3 s).
+    /// [`LockError::CommandTimeout`] (default 3 s). At most a year: a
+    /// longer one, `Duration::MAX` included, is taken as a year.
     pub fn command_timeout(mut self, timeout: Duration) -> Self {
-        self.config.command_timeout = timeout;
+        self.config.command_timeout = timeout.min(MAX_TIMEOUT);
         self
     }
 

@@ -15,6 +15,12 @@ pub const MIN_LEASE: Duration = Duration::from_millis(100);
 /// `Duration::MAX`).
 pub const MAX_LEASE: Duration = Duration::from_secs(365 * 24 * 3600);
 
+/// The longest connect, command and replica timeout, a year: longer ones
+/// (`Duration::MAX` for "no limit") are taken as this, which is as good as
+/// no limit, while deadlines computed from it still fit the clock and
+/// `WAIT`'s milliseconds.
+pub(crate) const MAX_TIMEOUT: Duration = Duration::from_secs(365 * 24 * 3600);
+
 /// Replicas that must have a write before it counts (`WAIT`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Replicas {
