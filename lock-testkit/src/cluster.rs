@@ -1,5 +1,7 @@
 //! [`RedisCluster`]: a Redis Cluster of private `redis-server` processes.
 
+use std::path::Path;
+use std::process::Command;
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use crate::resp::Reply;
@@ -67,6 +69,29 @@ impl RedisCluster {
     /// the cluster is not healthy within 30 s; the nodes started so far are
     /// stopped.
     pub fn start(masters: usize, replicas_per_master: usize) -> RedisCluster {
+        Self::start_from(None, masters, replicas_per_master)
+    }
+
+    /// Like [`RedisCluster::start`], every node running the `redis-server`
+    /// binary at `bin` (see [`RedisServer::start_binary`]). A binary older
+    /// than Redis 7.0 is given what it understands: each node's cluster bus
+    /// is on its port + 10000 (a node whose port is above 55535 is started
+    /// again on another), and slots are assigned with `CLUSTER ADDSLOTS`.
+    ///
+    /// # Panics
+    ///
+    /// Like [`RedisCluster::start`], and if `bin --version` cannot be run.
+    pub fn start_binary(
+        bin: impl AsRef<Path>,
+        masters: usize,
+        replicas_per_master: usize,
+    ) -> RedisCluster {
+        Self::start_from(Some(bin.as_ref()), masters, replicas_per_master)
+    }
+
+    /// [`RedisCluster::start`] with the binary `bin`, if given.
+    fn start_from(bin: Option<&Path>, masters: usize, replicas_per_master: usize) -> RedisCluster {
+        let before_7 = bin.is_some_and(|bin| major_version(bin) < 7);
         assert!(
             (1..=SLOTS).contains(&masters),
             "lock-testkit: a cluster needs between 1 and {SLOTS} masters, not {masters}"
@@ -75,7 +100,7 @@ impl RedisCluster {
         let mut bus_ports = Vec::with_capacity(total);
         let mut nodes = Vec::with_capacity(total);
         for _ in 0..total {
-            let (node, bus_port) = start_node();
+            let (node, bus_port) = start_node(bin, before_7);
             nodes.push(node);
             bus_ports.push(bus_port);
         }
@@ -88,7 +113,7 @@ impl RedisCluster {
             ids,
             last_slots: Mutex::new(vec![Vec::new(); total]),
         };
-        cluster.form(masters, replicas_per_master, &bus_ports);
+        cluster.form(masters, replicas_per_master, &bus_ports, before_7);
         cluster
     }
 
@@ -300,10 +325,18 @@ impl RedisCluster {
 
     /// Set up the cluster of freshly started nodes; see
     /// [`RedisCluster::start`].
-    fn form(&self, masters: usize, replicas_per_master: usize, bus_ports: &[u16]) {
+    fn form(&self, masters: usize, replicas_per_master: usize, bus_ports: &[u16], before_7: bool) {
         for i in 0..masters {
             let first = i * SLOTS / masters;
             let last = (i + 1) * SLOTS / masters - 1;
+            if before_7 {
+                // No ADDSLOTSRANGE before 7.0.
+                let slots: Vec<String> = (first..=last).map(|s| s.to_string()).collect();
+                let mut args = vec!["CLUSTER", "ADDSLOTS"];
+                args.extend(slots.iter().map(String::as_str));
+                self.setup_ok(i, &args);
+                continue;
+            }
             self.setup_ok(
                 i,
                 &[
@@ -590,19 +623,24 @@ impl RedisCluster {
 }
 
 /// Start one cluster node; returns it and its cluster bus port.
-fn start_node() -> (RedisServer, u16) {
+fn start_node(bin: Option<&Path>, before_7: bool) -> (RedisServer, u16) {
     let mut bus_port = 0;
-    let node = RedisServer::start_custom(None, &mut || {
+    let node = RedisServer::start_custom_binary(bin, None, &mut || {
         // By default the bus port is the data port + 10000, which may be
-        // taken or above 65535; a free port of its own avoids both.
-        bus_port = free_port();
+        // taken or above 65535; a free port of its own avoids both. Before
+        // 7.0 it cannot be chosen: a node that cannot have it is started
+        // again on another port.
+        let bus = if before_7 {
+            Vec::new()
+        } else {
+            bus_port = free_port();
+            vec!["--cluster-port".to_owned(), bus_port.to_string()]
+        };
         [
             "--cluster-enabled",
             "yes",
             "--cluster-config-file",
             CONFIG_FILE,
-            "--cluster-port",
-            &bus_port.to_string(),
             "--cluster-node-timeout",
             NODE_TIMEOUT_MS,
             // So that the node names its own address in `CLUSTER NODES`
@@ -617,9 +655,38 @@ fn start_node() -> (RedisServer, u16) {
             "0",
         ]
         .map(str::to_owned)
-        .to_vec()
+        .into_iter()
+        .chain(bus)
+        .collect()
     });
+    if before_7 {
+        bus_port = node.port() + 10000;
+    }
     (node, bus_port)
+}
+
+/// The major version of the `redis-server` binary `bin` (`bin --version`
+/// prints `Redis server v=6.2.14 ...`).
+fn major_version(bin: &Path) -> u32 {
+    let out = Command::new(bin)
+        .arg("--version")
+        .output()
+        .unwrap_or_else(|e| {
+            panic!(
+                "lock-testkit: cannot run `{} --version`: {e}",
+                bin.display()
+            )
+        });
+    let text = String::from_utf8_lossy(&out.stdout);
+    text.split_whitespace()
+        .find_map(|word| word.strip_prefix("v="))
+        .and_then(|version| version.split('.').next()?.parse().ok())
+        .unwrap_or_else(|| {
+            panic!(
+                "lock-testkit: no version in `{} --version`: {text}",
+                bin.display()
+            )
+        })
 }
 
 /// Unwrap a setup step's result.

@@ -23,9 +23,12 @@
 //! the message.
 //!
 //! The `redis-server` binary is looked up on `PATH`; set the environment
-//! variable `LOCK_TESTKIT_REDIS_SERVER` to use another binary. Sentinels are
-//! run with the same binary, as `redis-server <config> --sentinel`; neither
-//! `redis-sentinel` nor `redis-cli` is needed.
+//! variable `LOCK_TESTKIT_REDIS_SERVER` to use another binary, or start a
+//! server or a cluster from a binary of its own with
+//! [`RedisServer::start_binary`] or [`RedisCluster::start_binary`] (an older
+//! Redis, for instance). Sentinels are run with the same binary, as
+//! `redis-server <config> --sentinel`; neither `redis-sentinel` nor
+//! `redis-cli` is needed.
 //!
 //! # Example
 //!

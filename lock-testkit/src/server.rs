@@ -50,6 +50,9 @@ pub struct RedisServer {
     pid: u32,
     /// The TCP port the server listens on.
     port: u16,
+    /// The binary given to [`RedisServer::start_binary`] (`None`: the one
+    /// named by `LOCK_TESTKIT_REDIS_SERVER`, or `redis-server` on `PATH`).
+    bin: Option<PathBuf>,
     /// Extra arguments given to [`RedisServer::start_with`].
     extra_args: Vec<String>,
     /// Password from `--requirepass`, sent with `AUTH` by [`RedisServer::cli`].
@@ -98,6 +101,18 @@ impl RedisServer {
         Self::start_custom(None, &mut || args.clone())
     }
 
+    /// Like [`RedisServer::start_with`], running the `redis-server` binary
+    /// at `bin` rather than the default one (e.g. an older Redis, to test
+    /// what a client does with it); restarts run it too.
+    ///
+    /// # Panics
+    ///
+    /// Like [`RedisServer::start`].
+    pub fn start_binary(bin: impl AsRef<Path>, args: &[&str]) -> RedisServer {
+        let args: Vec<String> = args.iter().map(|s| (*s).to_owned()).collect();
+        Self::start_custom_binary(Some(bin.as_ref()), None, &mut || args.clone())
+    }
+
     /// Start `n` independent servers with [`RedisServer::start`], e.g. the
     /// masters of a Redlock setup.
     ///
@@ -118,6 +133,16 @@ impl RedisServer {
     /// ports of their own (e.g. `--cluster-port`) can take fresh ones too; the
     /// arguments of the successful attempt are kept for restarts.
     pub(crate) fn start_custom(
+        config: Option<&str>,
+        args_for_attempt: &mut dyn FnMut() -> Vec<String>,
+    ) -> RedisServer {
+        Self::start_custom_binary(None, config, args_for_attempt)
+    }
+
+    /// Like [`RedisServer::start_custom`], running the binary `bin` if given
+    /// (see [`RedisServer::start_binary`]).
+    pub(crate) fn start_custom_binary(
+        bin: Option<&Path>,
         config: Option<&str>,
         args_for_attempt: &mut dyn FnMut() -> Vec<String>,
     ) -> RedisServer {
@@ -142,6 +167,7 @@ impl RedisServer {
             let extra_args = args_for_attempt();
             let password = requirepass(&extra_args);
             match launch(
+                bin,
                 dir.path(),
                 config.as_deref(),
                 port,
@@ -153,6 +179,7 @@ impl RedisServer {
                         pid: child.id(),
                         child: Some(child),
                         port,
+                        bin: bin.map(Path::to_path_buf),
                         extra_args,
                         password,
                         config,
@@ -274,6 +301,7 @@ impl RedisServer {
         let deadline = Instant::now() + RESTART_BIND_TIMEOUT;
         loop {
             match launch(
+                self.bin.as_deref(),
                 self.dir.path(),
                 self.config.as_deref(),
                 self.port,
@@ -503,6 +531,7 @@ fn stop_child(child: &mut Child) {
 /// Spawn a server on `port` (from the config file `config`, if given) and
 /// wait until it is ready. On failure the child is killed and reaped.
 fn launch(
+    bin: Option<&Path>,
     dir: &Path,
     config: Option<&Path>,
     port: u16,
@@ -518,7 +547,10 @@ fn launch(
         .map_err(StartError::Spawn)?;
     let stderr = stdio.try_clone().map_err(StartError::Spawn)?;
 
-    let mut cmd = Command::new(server_bin());
+    let mut cmd = match bin {
+        Some(bin) => Command::new(bin),
+        None => Command::new(server_bin()),
+    };
     // redis-server only reads a config file given as the first argument.
     if let Some(config) = config {
         cmd.arg(config);
@@ -537,7 +569,12 @@ fn launch(
         .stdout(stdio)
         .stderr(stderr)
         .spawn()
-        .map_err(StartError::Spawn)?;
+        .map_err(|e| match bin {
+            Some(bin) => {
+                StartError::Spawn(io::Error::new(e.kind(), format!("{}: {e}", bin.display())))
+            }
+            None => StartError::Spawn(e),
+        })?;
 
     let result = wait_ready(&mut child, port, password, &log, log_offset);
     match result {
@@ -562,7 +599,11 @@ fn wait_ready(
     loop {
         if let Some(status) = child.try_wait().map_err(StartError::Spawn)? {
             let new_log = read_from(log, log_offset);
-            return Err(if new_log.contains("Address already in use") {
+            // Before 7.0, the cluster bus listens on the port + 10000,
+            // which a port above 55535 cannot have: another port will do.
+            let port_taken = new_log.contains("Address already in use")
+                || new_log.contains("Redis port number too high");
+            return Err(if port_taken {
                 StartError::AddrInUse
             } else {
                 StartError::Exited(status)

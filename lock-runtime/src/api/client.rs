@@ -114,6 +114,32 @@ fn evicting_policy(info: &str) -> Option<String> {
     (limited && !policy.is_empty() && policy != "noeviction").then_some(policy)
 }
 
+/// The Redis version a Cluster needs: wake-ups there use sharded pub/sub
+/// (`SSUBSCRIBE`, and `SPUBLISH` in the release scripts), new in 7.0.
+const CLUSTER_SINCE: (u64, u64) = (7, 0);
+
+/// Refuses a Cluster with a node older than [`CLUSTER_SINCE`], given the
+/// `INFO server` text of each node: the client would connect, and then
+/// fail to release locks and find held ones lost. A node that names no
+/// version it can read is let be.
+fn check_sharded_pubsub(infos: &[String], address: &str) -> Result<(), LockError> {
+    for info in infos {
+        let found = info_field(info, "redis_version");
+        let mut parts = found.split('.').map(|part| part.parse::<u64>());
+        let (Some(Ok(major)), Some(Ok(minor))) = (parts.next(), parts.next()) else {
+            continue;
+        };
+        if (major, minor) < CLUSTER_SINCE {
+            let (major, minor) = CLUSTER_SINCE;
+            return Err(LockError::Config(format!(
+                "the Redis Cluster at {address} runs Redis {found}; locks on a Cluster need \
+                 Redis {major}.{minor} or later, for sharded pub/sub (SSUBSCRIBE, SPUBLISH)"
+            )));
+        }
+    }
+    Ok(())
+}
+
 /// The connections of one store before its quarantine is known.
 struct Connected {
     conn: Conn,
@@ -483,12 +509,11 @@ async fn node(connected: Connected, config: &Config, sharded: bool) -> Result<No
              while its holder works on (allowed by allow_eviction)"
         );
     }
-    let runs: Vec<(String, Duration)> = probe
-        .info("server")
-        .await?
-        .iter()
-        .map(|info| server_run(info))
-        .collect();
+    let servers = probe.info("server").await?;
+    if sharded {
+        check_sharded_pubsub(&servers, &connected.address)?;
+    }
+    let runs: Vec<(String, Duration)> = servers.iter().map(|info| server_run(info)).collect();
     if let Some((_, uptime)) = runs.iter().min_by_key(|(_, uptime)| *uptime)
         && *uptime < config.restart_quarantine
         && !config.strict_restart_quarantine
@@ -780,5 +805,30 @@ impl LockClient {
     /// ```
     pub async fn in_memory() -> Result<LockClient, LockError> {
         LockClient::connect(MemoryStore::new()).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::check_sharded_pubsub;
+
+    #[test]
+    fn a_cluster_needs_redis_7_on_every_node() {
+        let info = |version: &str| {
+            format!("# Server\r\nredis_version:{version}\r\nredis_mode:cluster\r\n")
+        };
+        let err = check_sharded_pubsub(&[info("7.0.15"), info("6.2.14")], "127.0.0.1:7000")
+            .expect_err("6.2 has no sharded pub/sub");
+        let message = err.to_string();
+        assert!(
+            message.contains("Redis 6.2.14") && message.contains("7.0 or later"),
+            "{message}"
+        );
+        for fine in [["7.0.0", "7.2.4"], ["8.0.1", "10.0.0"]] {
+            let infos = fine.map(info);
+            assert!(check_sharded_pubsub(&infos, "a").is_ok(), "{infos:?}");
+        }
+        // A server that does not say which version it is, is let be.
+        assert!(check_sharded_pubsub(&["# Server\r\n".to_owned()], "a").is_ok());
     }
 }

@@ -242,7 +242,7 @@ impl LockError {
         match source.kind() {
             ErrorKind::AuthenticationFailed => LockError::Auth { source },
             _ if matches!(code, "NOAUTH" | "WRONGPASS" | "NOPERM") => LockError::Auth { source },
-            ErrorKind::Server(ServerErrorKind::ReadOnly) => LockError::ReadOnly {
+            _ if is_read_only(&source) => LockError::ReadOnly {
                 key: key.unwrap_or_default(),
                 source,
             },
@@ -270,6 +270,21 @@ impl LockError {
             _ => LockError::Redis { key, source },
         }
     }
+}
+
+/// Whether Redis refused a write because the server is a read-only
+/// replica, so that nothing was written. Redis 7 answers a script's refused
+/// write with the `READONLY` code itself; before 7.0 the script fails with
+/// `ERR Error running script (...): @user_script:1: @user_script: 1:
+/// -READONLY You can't write against a read only replica.`, and inside a
+/// batch (`batch.lua`), with the part from `@user_script: 1:` on.
+pub(crate) fn is_read_only(err: &redis::RedisError) -> bool {
+    use redis::{ErrorKind, ServerErrorKind};
+    err.kind() == ErrorKind::Server(ServerErrorKind::ReadOnly)
+        || err.code() == Some("READONLY")
+        || err
+            .detail()
+            .is_some_and(|detail| detail.contains("-READONLY "))
 }
 
 #[cfg(test)]
@@ -301,5 +316,42 @@ mod tests {
         let err = LockError::from_redis(Some("k"), server(ServerErrorKind::ResponseError));
         assert!(!err.is_unavailable(), "{err:?}");
         assert!(matches!(err, LockError::Redis { .. }));
+    }
+
+    /// Parses one error line as Redis sends it.
+    fn reply(line: &str) -> RedisError {
+        match redis::parse_redis_value(format!("-{line}\r\n").as_bytes()) {
+            Ok(redis::Value::ServerError(err)) => err.into(),
+            other => panic!("not an error reply: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_read_only_replica_is_read_only_in_every_version() {
+        for line in [
+            // A command, and a script call from 7.0 on.
+            "READONLY You can't write against a read only replica.",
+            "READONLY You can't write against a read only replica. script: \
+             8b2ff3a1a2ea9c87c9ffe4a8ed8d02ef2b79c10a, on @user_script:3.",
+            // A script call before 7.0 (6.2.14's words).
+            "ERR Error running script (call to f_bd6f3018b28bbdb36260f19d3c44afed740db987): \
+             @user_script:1: @user_script: 1: -READONLY You can't write against a read \
+             only replica.",
+            // One call of a batch before 7.0 (see `batch.lua`).
+            "@user_script: 1: -READONLY You can't write against a read only replica.",
+        ] {
+            let err = reply(line);
+            assert!(super::is_read_only(&err), "{line}: {err:?}");
+            let err = LockError::from_redis(Some("k"), err);
+            assert!(matches!(err, LockError::ReadOnly { .. }), "{line}: {err:?}");
+        }
+        for line in [
+            "ERR Error running script (call to f_0): @user_script:1: WRONGTYPE Operation \
+             against a key holding the wrong kind of value",
+            "ERR unknown command 'READONLY'",
+            "NOSCRIPT No matching script. Please use EVAL.",
+        ] {
+            assert!(!super::is_read_only(&reply(line)), "{line}");
+        }
     }
 }

@@ -28,7 +28,7 @@ use redis::{
 };
 
 use crate::base::config::Config;
-use crate::base::error::LockError;
+use crate::base::error::{LockError, is_read_only};
 use crate::base::redact::Redacted;
 #[cfg(feature = "memory")]
 use crate::store::memory::MemoryServer;
@@ -864,8 +864,7 @@ impl Following {
             return false;
         }
         // Refused as READONLY, or never connected: the command did not run.
-        let did_not_run = err.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::ReadOnly)
-            || err.is_connection_refusal();
+        let did_not_run = is_read_only(err) || err.is_connection_refusal();
         self.refresh(seen).await && did_not_run
     }
 }
@@ -883,7 +882,7 @@ fn with_pushes(master: redis::Client, pushes: bool) -> RedisResult<redis::Client
 
 /// Whether an error suggests the master is no longer where it was.
 fn moved_master(err: &RedisError) -> bool {
-    err.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::ReadOnly)
+    is_read_only(err)
         || err.is_io_error()
         || err.is_connection_refusal()
         || err.is_connection_dropped()

@@ -10,7 +10,7 @@ use futures_util::future::BoxFuture;
 use redis::{ErrorKind, FromRedisValue, ServerErrorKind, Value};
 
 use crate::base::config::Replicas;
-use crate::base::error::LockError;
+use crate::base::error::{LockError, is_read_only};
 use crate::store::coalesce::{Coalescer, Failure, Lane, Reply, Transport};
 use crate::store::connection::Conn;
 use crate::store::scripts::{
@@ -339,10 +339,10 @@ fn did_not_run(err: &redis::RedisError) -> bool {
     use ServerErrorKind::*;
     matches!(
         err.kind(),
-        ErrorKind::Server(
-            Moved | Ask | TryAgain | ClusterDown | MasterDown | BusyLoading | ReadOnly
-        ) | ErrorKind::ClusterConnectionNotFound
-    ) || err.is_connection_refusal()
+        ErrorKind::Server(Moved | Ask | TryAgain | ClusterDown | MasterDown | BusyLoading)
+            | ErrorKind::ClusterConnectionNotFound
+    ) || is_read_only(err)
+        || err.is_connection_refusal()
 }
 
 /// Whether `acked` replicas are enough for `replicas`.
@@ -449,5 +449,25 @@ mod tests {
         );
         // One server: the connection manager reconnects; the callers retry.
         assert_eq!(sends(false, true, moved).await, 1);
+    }
+
+    /// A script's write refused by a read-only replica before Redis 7.0.
+    fn read_only_before_7() -> redis::RedisError {
+        let line = "-ERR Error running script (call to f_bd6f3018b28bbdb36260f19d3c44afed740db987): \
+                    @user_script:1: @user_script: 1: -READONLY You can't write against a read \
+                    only replica.\r\n";
+        match redis::parse_redis_value(line.as_bytes()) {
+            Ok(Value::ServerError(err)) => err.into(),
+            other => panic!("not an error reply: {other:?}"),
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_script_refused_by_a_redis_6_replica_did_not_run() {
+        assert!(did_not_run(&read_only_before_7()));
+        assert_eq!(
+            sends(true, false, read_only_before_7).await,
+            1 + CLUSTER_RETRIES
+        );
     }
 }
