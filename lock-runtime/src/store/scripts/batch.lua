@@ -34,7 +34,11 @@ for j = 1, m do
   local message = (not ok) and (type(reply) == 'table' and reply.err or tostring(reply))
   if ok then
     results[j] = reply
-  elseif string.find(message, '^READONLY') or string.find(message, '^OOM') then
+  elseif string.find(message, '^READONLY') or string.find(message, '^OOM')
+      or string.find(message, '-READONLY ', 1, true) or string.find(message, '-OOM ', 1, true) then
+    -- (Before Redis 7.0 the refused write reaches the script as an error
+    -- whose message names the code after a '-': '@user_script: 1:
+    -- -READONLY You can't write against a read only replica.')
     -- Refused at the first write of the whole script call (a replica; a
     -- server out of memory), so nothing was written: the batch fails as
     -- a whole, as a lone call would, so that the client follows a new
