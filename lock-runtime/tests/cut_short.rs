@@ -60,7 +60,7 @@ async fn a_release_dropped_midway_still_frees_the_lock() {
     let cut = tokio::time::timeout(Duration::from_millis(20), last.release()).await;
     assert!(
         cut.is_err(),
-        "the release cannot finish while Redis is stalled"
+        "the release cannot finish while Redis is stalled: {cut:?}"
     );
     server.resume();
     for release in in_flight {

@@ -185,3 +185,53 @@ async fn a_lock_still_held_is_reentered_as_before() {
     assert!(!outer.is_lost());
     ok(&server, outer.release().await);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_write_side_is_not_reentered_through_a_nested_read_side() {
+    let (server, [a]) = start_server_with_clients().await;
+    let name = unique_key("vanished-downgraded");
+    let key = lock_key(&name);
+    // The writer also holds the read side, in a nested guard kept alive.
+    let take = |locks: &LockClient| locks.write_lock(name.as_str());
+    let reading = std::sync::Mutex::new(None);
+    let err = nested_call_after_vanishing(&a, take, async || {
+        let read = ok(&server, a.read_lock(name.as_str()).try_acquire().await);
+        *reading.lock().unwrap() = read;
+        assert_eq!(server.cli(&["DEL", &key]), "1");
+    })
+    .await;
+    assert_lost_at_reentry(&err);
+    assert_eq!(server.cli(&["EXISTS", &key]), "0", "not granted again");
+    drop(reading);
+}
+
+/// A fixed lease on the other side of a read-write lock (an upgrade, a
+/// downgrade) is the request's own: the nested call takes that side with
+/// its whole lease, as it would alone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_other_side_taken_with_a_fixed_lease_gets_the_whole_lease() {
+    let (server, [a]) = start_server_with_clients().await;
+    let lease = Duration::from_secs(10);
+    let name = unique_key("fixed-sides");
+    let write = ok(
+        &server,
+        a.write_lock(name.as_str())
+            .lease(lease)
+            .fixed_lease()
+            .acquire()
+            .await,
+    );
+    let readers = format!("{}:readers", lock_key(&name));
+    let pttl = write
+        .scope(async {
+            let read = a.read_lock(name.as_str()).lease(lease).fixed_lease();
+            let read = ok(&server, read.acquire().await);
+            let pttl: i64 = server.cli(&["PTTL", &readers]).trim().parse().unwrap();
+            ok(&server, read.release().await);
+            pttl
+        })
+        .await
+        .expect("not lost");
+    assert!(pttl > 5_000, "the read side got {pttl} ms of a 10 s lease");
+    ok(&server, write.release().await);
+}

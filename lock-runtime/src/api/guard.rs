@@ -581,14 +581,10 @@ async fn hand_on(
             tracing::debug!(key = %label, error = %err, "giving back a lock handed to a waiter that is gone failed; it expires after its lease");
         }
     }
-    let mut handed = outcome?;
-    // Sent again, and not found held by this releaser: the first call ran
-    // and let it go (to nobody, or to a waiter since gone with its lock).
-    // The watchdog declares a lock lost before its lease could run out, so
-    // a lease that ran out meanwhile is the far less likely reading.
-    if resent && handed.released == Released::NotHeld {
-        handed.released = Released::Free;
-    }
+    // Sent again and found neither held by this releaser nor handed on by
+    // it: the first call may have let it go to nobody, or the lock was lost
+    // (a failover without it): reported as not held, the safe reading.
+    let handed = outcome?;
     tracing::debug!(released = ?handed.released, handed = handed.to.is_some(), "released");
     Ok(vec![handed.released])
 }

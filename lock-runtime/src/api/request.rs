@@ -19,6 +19,7 @@ use crate::engine::backend::{Attempt, Times};
 use crate::engine::handoffs::{Answer, Offered};
 use crate::engine::wakeups::Wake;
 use crate::engine::watchdog::{Acquisition, DECLARE_EARLY};
+use crate::store::scripts::calls::Asking;
 use crate::store::scripts::{Acquired, Giving, Released, Stored, Taken};
 
 /// First pause before retrying an acquire that failed to reach Redis; it
@@ -65,6 +66,11 @@ enum Outcome {
         ttl: Option<Duration>,
         quarantined: bool,
     },
+    /// A grant came too late to be held, and giving it back failed without
+    /// saying whether it ran: the owner id may still hold the locks, and a
+    /// give-back arriving late would free them under a new grant to the
+    /// same owner id, so it must not be used again (see `grant`).
+    Abandon(LockError),
 }
 
 /// How long a fair waiter keeps its place in line without trying again; a
@@ -334,9 +340,10 @@ impl LockRequest {
                 )));
             }
         };
-        if let Some(owner) = &scoped {
-            self.check_reentry(&keys, owner)?;
-        }
+        let asking = match &scoped {
+            Some(owner) => self.reentry(&keys, owner)?,
+            None => String::new(),
+        };
         let mut owner = scoped.clone().unwrap_or_else(|| self.client.new_owner());
         // A fresh owner id whose acquire call got no answer (a timeout, a
         // connection lost), or whose call is cut short by the caller
@@ -387,11 +394,9 @@ impl LockRequest {
         // last attempt found only it in the way.
         let mut closed = None;
         if !behind {
-            unsettled.arm(&owner, scoped.is_some());
-            let first = self
-                .attempt(&keys, (&owner, scoped.is_some()), deadline, span)
-                .await;
-            unsettled.settle_unless_unknown(&first);
+            unsettled.arm(&owner, &asking);
+            let first = self.attempt(&keys, (&owner, &asking), deadline, span).await;
+            unsettled.after(&first);
             match first {
                 Ok(Outcome::Taken(guard)) => {
                     Waiting::taken(&mut marked);
@@ -404,10 +409,12 @@ impl LockRequest {
                     first_busy = ttl;
                     closed = closed_until(quarantined, ttl);
                 }
-                Err(err) if self.wait.is_zero() || !err.is_unavailable() || scoped.is_some() => {
+                Ok(Outcome::Abandon(err)) | Err(err)
+                    if self.wait.is_zero() || !err.is_unavailable() || scoped.is_some() =>
+                {
                     return Err(err);
                 }
-                Err(_) => {
+                Ok(Outcome::Abandon(_)) | Err(_) => {
                     owner = self.abandon(&keys, owner);
                     unsettled.settle();
                     Waiting::new_owner(&mut marked, &owner);
@@ -486,11 +493,9 @@ impl LockRequest {
                 })
             } else {
                 tried_at = now;
-                unsettled.arm(&owner, scoped.is_some());
-                let attempt = self
-                    .attempt(&keys, (&owner, scoped.is_some()), deadline, span)
-                    .await;
-                unsettled.settle_unless_unknown(&attempt);
+                unsettled.arm(&owner, &asking);
+                let attempt = self.attempt(&keys, (&owner, &asking), deadline, span).await;
+                unsettled.after(&attempt);
                 attempt
             };
             let mut wake = match attempt {
@@ -509,22 +514,34 @@ impl LockRequest {
                     ttl.map_or(deadline, |ttl| now + ttl + Duration::from_millis(1))
                 }
                 // Redis unreachable or slow: keep trying within the wait.
-                Err(err) if err.is_unavailable() && scoped.is_none() => {
+                Ok(Outcome::Abandon(err)) | Err(err)
+                    if err.is_unavailable() && scoped.is_none() =>
+                {
                     tracing::debug!(error = %err, "acquire failed; retrying");
                     // A fair waiter keeps its owner id, and so its place in
-                    // line: a grant the failed call made is found as its
-                    // own by the next attempt (a re-entry, given back whole
-                    // with the guard), and given back if none comes.
-                    if in_line.is_none() {
+                    // line, after an acquire call that got no answer: a
+                    // grant that call made is found as its own by the next
+                    // attempt (a re-entry, given back whole with the guard),
+                    // and given back if none comes. Not after a give-back
+                    // that got none (a grant too late, one not confirmed by
+                    // replicas or a quorum): arriving late, it could free a
+                    // later grant to the same owner id.
+                    let kept = in_line.is_some()
+                        && matches!(
+                            err,
+                            LockError::Unavailable { .. } | LockError::CommandTimeout { .. }
+                        );
+                    if !kept {
                         owner = self.abandon(&keys, owner);
                         unsettled.settle();
                         Waiting::new_owner(&mut marked, &owner);
+                        Waiting::new_owner(&mut in_line, &owner);
                     }
                     last_error = Some(err);
                     backoff = (backoff * 2).min(Duration::from_millis(500));
                     now + backoff
                 }
-                Err(err) => return Err(err),
+                Ok(Outcome::Abandon(err)) | Err(err) => return Err(err),
             };
             if Instant::now() >= deadline {
                 return Err(last_error.unwrap_or_else(|| self.timeout(started, closed)));
@@ -583,35 +600,65 @@ impl LockRequest {
         }
     }
 
-    /// Refuses a re-entry whose lease is of the other kind than the held
-    /// lock's (fixed or renewed): a renewed re-entry would keep a fixed
-    /// lease renewed past its bound, a fixed one could not bound a lock
-    /// that an enclosing scope renews.
-    fn check_reentry(&self, keys: &[LockKeys], owner: &Arc<str>) -> Result<(), LockError> {
+    /// How a re-entry under `owner` asks for each lock (the codes of
+    /// [`Asking`]), from what the enclosing critical sections hold of it:
+    /// the lock itself, or the other side of a read-write lock. A lock they
+    /// no longer hold was lost: the re-entry fails as lost at once, and so
+    /// does their hold. Refuses a re-entry whose lease is of the other kind
+    /// than the held lock's (fixed or renewed): a renewed re-entry would
+    /// keep a fixed lease renewed past its bound, a fixed one could not
+    /// bound a lock that an enclosing scope renews.
+    fn reentry(&self, keys: &[LockKeys], owner: &Arc<str>) -> Result<String, LockError> {
         let registry = &self.client.inner.registry;
+        let mut asking = String::with_capacity(keys.len());
         for lock in keys {
             let stored = Stored::for_kind(self.kind, lock);
-            if registry.renewed(lock, &stored, owner) == Some(self.fixed_lease) {
-                let (held, asked) = if self.fixed_lease {
-                    ("renewed", "fixed")
-                } else {
-                    ("fixed", "renewed")
-                };
-                return Err(LockError::Config(format!(
-                    "`{}` is held with a {held} lease by an enclosing critical section; \
-                     re-entering it with a {asked} lease would change how long it is held",
-                    self.label
-                )));
-            }
+            let how = match registry.renewed(lock, &stored, owner) {
+                Some(renewed) if renewed == self.fixed_lease => {
+                    let (held, asked) = if self.fixed_lease {
+                        ("renewed", "fixed")
+                    } else {
+                        ("fixed", "renewed")
+                    };
+                    return Err(LockError::Config(format!(
+                        "`{}` is held with a {held} lease by an enclosing critical section; \
+                         re-entering it with a {asked} lease would change how long it is held",
+                        self.label
+                    )));
+                }
+                Some(true) => Asking::Reentry,
+                Some(false) => Asking::ReentryKeepingLease,
+                None if self.holds_other_side(lock, owner) => Asking::OtherSide,
+                None => {
+                    registry.lose_all(lock, owner, LossReason::NotHeldAtReentry);
+                    return Err(LockError::Lost {
+                        key: self.label.clone(),
+                        reason: LossReason::NotHeldAtReentry,
+                    });
+                }
+            };
+            asking.push(how.code());
         }
-        Ok(())
+        Ok(asking)
+    }
+
+    /// Whether `owner` holds the other side of the read-write lock `lock`
+    /// (the write side for a read request, the read side for a write one).
+    fn holds_other_side(&self, lock: &LockKeys, owner: &Arc<str>) -> bool {
+        let other = match self.kind {
+            Kind::Read => Stored::Hash,
+            Kind::Exclusive | Kind::Fair => Stored::for_kind(Kind::Read, lock),
+            Kind::Permits(_) => return false,
+        };
+        let registry = &self.client.inner.registry;
+        registry.renewed(lock, &other, owner).is_some()
     }
 
     /// One attempt: the guard, or how long the locks others hold stay taken.
     async fn attempt(
         &self,
         keys: &[LockKeys],
-        (owner, reentry): (&Arc<str>, bool),
+        (owner, asking): (&Arc<str>, &str),
         deadline: Instant,
         span: &tracing::Span,
     ) -> Result<Outcome, LockError> {
@@ -620,14 +667,7 @@ impl LockRequest {
         let backend = &inner.backend;
         let replicas = inner.config.replicas(self.replicas);
         let times = Times {
-            // A fixed lease bounds the whole hold: re-entering it adds no
-            // time (the scripts never shorten a lease, and 1 ms is the
-            // shortest one they take).
-            lease: if reentry && self.fixed_lease {
-                Duration::from_millis(1)
-            } else {
-                self.lease
-            },
+            lease: self.lease,
             // A mark outlives a waiter that died by a lease at most (and no
             // more than a fair waiter's place in line); a live waiter tries
             // again well before it lapses (the scripts see to that).
@@ -641,7 +681,7 @@ impl LockRequest {
             name: &self.label,
             locks: keys,
             owner,
-            reentry,
+            asking,
             kind: self.kind,
             times,
             line: (FAIR_STAY, !self.wait.is_zero()),
@@ -653,7 +693,7 @@ impl LockRequest {
                 return Ok(Outcome::Busy { ttl, quarantined });
             }
             Err(err) => {
-                if reentry && err.is_lost() {
+                if !asking.is_empty() && err.is_lost() {
                     // The lock went while the enclosing critical section
                     // held it (force-released, evicted, lost in a
                     // failover): that hold is over too, and its body is
@@ -695,8 +735,8 @@ impl LockRequest {
         // the caller tries again within its wait. The next attempt uses the
         // same owner id, so the give-back must be done first: arriving after
         // that attempt took the lock anew, it would free it under its new
-        // holder. If it fails, the attempt fails, and the caller goes on
-        // under a new owner id (see `abandon`) or reports the error.
+        // holder. If it fails, the caller goes on under a new owner id (see
+        // `abandon`, and `Outcome::Abandon`) or reports the error.
         if Instant::now() + DECLARE_EARLY >= sent + self.lease - drift {
             tracing::debug!(
                 after = ?sent.elapsed(),
@@ -707,9 +747,12 @@ impl LockRequest {
                 announce: true,
                 ..Giving::ONE
             };
-            backend
+            if let Err(err) = backend
                 .release(&self.label, keys, &stored, owner, giving)
-                .await?;
+                .await
+            {
+                return Ok(Outcome::Abandon(err));
+            }
             return Ok(Outcome::Busy {
                 ttl: Some(Duration::ZERO),
                 quarantined: false,
@@ -836,6 +879,11 @@ struct Unsettled<'a> {
     request: &'a LockRequest,
     keys: &'a [LockKeys],
     owner: Option<Arc<str>>,
+    /// An earlier call under the same owner id got no answer: it may still
+    /// run, on another connection than the next calls' (one replaced
+    /// meanwhile, the one kept for `WAIT`), after them. Only a grant, or
+    /// giving the owner id up, settles it.
+    earlier: bool,
 }
 
 impl<'a> Unsettled<'a> {
@@ -844,27 +892,35 @@ impl<'a> Unsettled<'a> {
             request,
             keys,
             owner: None,
+            earlier: false,
         }
     }
 
-    /// An acquire call under `owner` is about to be sent.
-    fn arm(&mut self, owner: &Arc<str>, reentry: bool) {
-        if !reentry {
+    /// An acquire call under `owner`, asking as `asking` (empty: afresh),
+    /// is about to be sent.
+    fn arm(&mut self, owner: &Arc<str>, asking: &str) {
+        if asking.is_empty() && self.owner.is_none() {
             self.owner = Some(owner.clone());
         }
     }
 
-    /// The owner id holds nothing unknown to the caller: the call was
-    /// answered, or what it may hold was given back.
+    /// The owner id holds nothing unknown to the caller: it was granted
+    /// the locks, or what it may hold was given back.
     fn settle(&mut self) {
         self.owner = None;
+        self.earlier = false;
     }
 
-    /// Settles unless the attempt failed without knowing whether its call
-    /// ran.
-    fn settle_unless_unknown<T>(&mut self, attempt: &Result<T, LockError>) {
-        if !matches!(attempt, Err(err) if err.is_unavailable()) {
-            self.settle();
+    /// Settles after an attempt that was answered (taken, busy, or a
+    /// definite error), unless an earlier call under the same owner id is
+    /// still unknown.
+    fn after(&mut self, attempt: &Result<Outcome, LockError>) {
+        match attempt {
+            Ok(Outcome::Taken(_)) => self.settle(),
+            Ok(Outcome::Abandon(_)) => self.earlier = true,
+            Err(err) if err.is_unavailable() => self.earlier = true,
+            Ok(Outcome::Busy { .. }) | Err(_) if !self.earlier => self.settle(),
+            Ok(Outcome::Busy { .. }) | Err(_) => {}
         }
     }
 }

@@ -54,7 +54,7 @@ use crate::base::error::LockError;
 use crate::base::keys::{LockKeys, slot};
 use crate::base::kind::Kind;
 use crate::store::node::Node;
-use crate::store::scripts::calls::{Asker, Next};
+use crate::store::scripts::calls::{Asker, Asking, Next};
 use crate::store::scripts::{
     Acquire, Acquired, Call, Giving, HandedOn, Released, Renewing, Stored, Taken, calls,
 };
@@ -103,10 +103,12 @@ pub(crate) struct Attempt<'a> {
     pub(crate) name: &'a str,
     pub(crate) locks: &'a [LockKeys],
     pub(crate) owner: &'a str,
-    /// An enclosing critical section of `owner` holds the locks: the
-    /// attempt re-enters them, and fails as lost if they are not its any
-    /// more (see `acquire.lua`).
-    pub(crate) reentry: bool,
+    /// How the attempt asks for each lock: empty when afresh, or, when an
+    /// enclosing critical section of `owner` holds them, the codes of
+    /// [`Asking`](crate::store::scripts::calls::Asking), one per lock; the
+    /// attempt fails as lost if they are not held so any more (see
+    /// `acquire.lua`).
+    pub(crate) asking: &'a str,
     pub(crate) kind: Kind,
     pub(crate) times: Times,
     /// A fair waiter's place in line: how long it stays there without
@@ -128,7 +130,7 @@ impl Attempt<'_> {
         let (owner, lease, mark) = (self.owner, self.times.lease, self.times.mark);
         let asker = Asker {
             owner,
-            reentry: self.reentry,
+            asking: self.asking,
         };
         let take = match self.kind {
             Kind::Exclusive => calls::acquire(locks, asker, lease, mark),
@@ -498,7 +500,25 @@ async fn acquire_by_slot(node: &Node, attempt: &Attempt<'_>) -> Result<Acquired,
     let mut taken_slots: Vec<Acquire> = Vec::new();
     for group in &groups {
         let group_locks: Vec<LockKeys> = group.iter().map(|&i| locks[i].clone()).collect();
-        let call = attempt.calls(&group_locks, false);
+        let asking: String = if attempt.asking.is_empty() {
+            String::new()
+        } else {
+            group
+                .iter()
+                .map(|&i| {
+                    attempt
+                        .asking
+                        .chars()
+                        .nth(i)
+                        .unwrap_or(Asking::Fresh.code())
+                })
+                .collect()
+        };
+        let group_attempt = Attempt {
+            asking: &asking,
+            ..*attempt
+        };
+        let call = group_attempt.calls(&group_locks, false);
         let outcome = node.acquire(attempt.name, &call, attempt.replicas).await;
         match outcome {
             Ok(Acquired::Held(held)) => {

@@ -19,12 +19,16 @@
 --                  that its release is announced. The caller
 --                  takes it back when it stops waiting; a dead caller's
 --                  mark lapses after this long.
--- ARGV[4]          "1" when the caller re-enters: an enclosing critical
---                  section of its owner id holds every lock (as writer, or
---                  as reader upgrading). A lock it no longer holds was lost
---                  (deleted by an operator, evicted, dropped by a failover):
---                  it is not taken afresh, which would grant it anew behind
---                  the enclosing holder's back.
+-- ARGV[4]          how the caller asks for each lock, one character per
+--                  lock (see calls.rs, `Asking`): "0" takes it afresh; the
+--                  others re-enter what an enclosing critical section of
+--                  the same owner id holds: "h" the lock itself, "k" the
+--                  same keeping its lease (a fixed lease bounds the whole
+--                  hold), "o" the write side while holding the read side
+--                  (an upgrade). A lock the caller no longer holds that way
+--                  was lost (deleted by an operator, evicted, dropped by a
+--                  failover): it is not taken afresh, which would grant it
+--                  anew behind the enclosing holder's back.
 -- ARGV[5..7]       the restart quarantine: run id seen, ms, strict (fence.lua)
 --
 -- Returns {1, fence_1, count_1, ..., fence_n, count_n} when the caller holds
@@ -37,7 +41,10 @@
 -- so that the mark lasts as long as it waits.
 local n = #KEYS / 5
 local q = quarantine_at(ARGV, 5)
-local reentry = ARGV[4] == '1'
+local function asking(i)
+  local how = string.sub(ARGV[4], i, i)
+  return how ~= '' and how or '0'
+end
 local longest = nil
 -- How many things are in the way, and how many of them are the quarantine.
 local blocks, closed_slots = 0, 0
@@ -63,7 +70,9 @@ for i = 1, n do
     owner = redis.call('HGET', KEYS[i], 'owner')
   end
   owners[i] = owner
-  if reentry and owner ~= ARGV[1] and (untouched or not holds_place(readers, ARGV[1])) then
+  local how = asking(i)
+  if how ~= '0' and owner ~= ARGV[1]
+      and (how ~= 'o' or untouched or not holds_place(readers, ARGV[1])) then
     return {-4, i}
   end
   if owner and owner ~= ARGV[1] then
@@ -117,8 +126,11 @@ for i = 1, n do
   if owners[i] then
     count = redis.call('HINCRBY', KEYS[i], 'count', 1)
     fence = tonumber(redis.call('HGET', KEYS[i], 'fence'))
-    -- A nested holder may ask for a longer lease; never shorten the outer one.
-    keep_for(KEYS[i], tonumber(ARGV[2]))
+    -- A nested holder may ask for a longer lease; never shorten the outer
+    -- one, nor lengthen a fixed one.
+    if asking(i) ~= 'k' then
+      keep_for(KEYS[i], tonumber(ARGV[2]))
+    end
   else
     fence = fences[i]
     count = 1

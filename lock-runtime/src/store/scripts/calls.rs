@@ -20,24 +20,66 @@ fn flag(on: bool) -> String {
     if on { "1" } else { "0" }.to_owned()
 }
 
-/// Who asks for a lock: its owner id, and whether an enclosing critical
-/// section of that owner holds it already (a re-entry, which the acquire
-/// scripts refuse as lost when the lock is no longer that owner's, instead
-/// of granting it afresh).
+/// How a request asks for one of its locks (the acquire scripts' "asking"
+/// argument, one character per lock): afresh, or re-entering what an
+/// enclosing critical section of the same owner id holds. The scripts
+/// refuse a re-entry as lost when the lock is no longer held that way,
+/// instead of granting it afresh behind the enclosing holder's back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Asking {
+    /// Not held by this owner id yet.
+    Fresh,
+    /// Held by this owner id: one more level, lengthening its lease to the
+    /// request's if that is longer.
+    Reentry,
+    /// Held by this owner id with a fixed lease, which bounds the whole
+    /// hold: one more level, the lease kept as it is.
+    ReentryKeepingLease,
+    /// The other side of a read-write lock is held by this owner id (a
+    /// writer taking the read side, a reader upgrading): this side is
+    /// taken with the request's lease.
+    OtherSide,
+}
+
+impl Asking {
+    pub(crate) fn code(self) -> char {
+        match self {
+            Asking::Fresh => '0',
+            Asking::Reentry => 'h',
+            Asking::ReentryKeepingLease => 'k',
+            Asking::OtherSide => 'o',
+        }
+    }
+}
+
+/// Who asks for locks: its owner id, and how it asks for each lock (the
+/// codes of [`Asking`], one per lock; empty: every lock afresh).
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Asker<'a> {
     pub(crate) owner: &'a str,
-    pub(crate) reentry: bool,
+    pub(crate) asking: &'a str,
 }
 
 impl<'a> Asker<'a> {
     /// An owner taking locks it does not hold yet.
     #[cfg(test)]
     pub(crate) fn fresh(owner: &'a str) -> Self {
-        Asker {
-            owner,
-            reentry: false,
+        Asker { owner, asking: "" }
+    }
+
+    /// The asking argument of a script that takes several locks.
+    fn every(&self) -> String {
+        if self.asking.is_empty() {
+            Asking::Fresh.code().to_string()
+        } else {
+            self.asking.to_owned()
         }
+    }
+
+    /// The asking argument of a script that takes one lock.
+    fn one(&self) -> String {
+        let first = self.asking.chars().next();
+        first.unwrap_or(Asking::Fresh.code()).to_string()
     }
 }
 
@@ -68,7 +110,7 @@ pub(crate) fn acquire(locks: &[LockKeys], asker: Asker, lease: Duration, mark: D
         asker.owner.to_owned(),
         millis(lease),
         mark.as_millis().to_string(),
-        flag(asker.reentry),
+        asker.every(),
     ];
     Call::new(&ACQUIRE, keys, args).quarantined()
 }
@@ -89,7 +131,7 @@ pub(crate) fn permit_acquire(
         millis(lease),
         limit.to_string(),
         take.to_string(),
-        flag(asker.reentry),
+        asker.one(),
     ];
     Call::new(&PERMIT_ACQUIRE, keys, args).quarantined()
 }
@@ -110,7 +152,7 @@ pub(crate) fn read_acquire(lock: &LockKeys, asker: Asker, lease: Duration, mark:
         asker.owner.to_owned(),
         millis(lease),
         mark.as_millis().to_string(),
-        flag(asker.reentry),
+        asker.one(),
     ];
     Call::new(&READ_ACQUIRE, keys, args).quarantined()
 }
@@ -137,7 +179,7 @@ pub(crate) fn fair_acquire(
         millis(lease),
         millis(stay),
         flag(enqueue),
-        flag(asker.reentry),
+        asker.one(),
     ];
     Call::new(&FAIR_ACQUIRE, keys, args).quarantined()
 }

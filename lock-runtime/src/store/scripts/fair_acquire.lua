@@ -9,8 +9,9 @@
 -- ARGV[2]  lease in milliseconds
 -- ARGV[3]  how long a waiter stays in line without trying again (ms)
 -- ARGV[4]  "1" to wait in line when the lock is not ours to take, "0" not to
--- ARGV[5]  "1" when the caller re-enters (see acquire.lua): a lock it no
---          longer holds is not taken afresh
+-- ARGV[5]  how the caller asks for it (see acquire.lua): "0" afresh, "h" or
+--          "k" re-entering it, "o" upgrading from its read side; a lock it
+--          no longer holds so is not taken afresh
 -- ARGV[6..8]  the restart quarantine: run id seen, ms, strict (fence.lua)
 --
 -- Returns {1, fence, count} when the caller holds the lock afterwards,
@@ -26,13 +27,19 @@ end
 redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', now)
 
 local owner = redis.call('HGET', KEYS[1], 'owner')
+local how = ARGV[5]
 if owner == ARGV[1] then
   local count = redis.call('HINCRBY', KEYS[1], 'count', 1)
-  keep_for(KEYS[1], tonumber(ARGV[2]))
+  if how ~= 'k' then
+    keep_for(KEYS[1], tonumber(ARGV[2]))
+  end
   return {1, tonumber(redis.call('HGET', KEYS[1], 'fence')), count}
 end
-if ARGV[5] == '1' and not redis.call('ZSCORE', KEYS[5], ARGV[1]) then
-  return {-4, 1}
+if how ~= '0' then
+  local reading = redis.call('ZSCORE', KEYS[5], ARGV[1])
+  if how ~= 'o' or not reading or tonumber(reading) <= now then
+    return {-4, 1}
+  end
 end
 
 local first = redis.call('ZRANGE', KEYS[3], 0, 0)[1]

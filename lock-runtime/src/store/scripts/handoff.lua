@@ -21,7 +21,8 @@
 --
 -- Giving back every level (ARGV[2] "1"), it is safe to send again after a
 -- call whose answer was lost: when that call handed the lock on, the lock
--- is found held by one of the offers, and the answer is given again.
+-- is found held by one of the offers, handed on by this releaser ("from"),
+-- and the answer is given again.
 --
 -- KEYS[1]      the lock hash
 -- KEYS[2..4]   its release channel, queue of fair waiters and their
@@ -39,13 +40,13 @@
 -- Returns {left, fence, j}: left as release.lua returns it for the
 -- releaser, and when the lock was handed on, the new holder's fencing token
 -- and its offer's number j (otherwise 0, 0).
-local held = redis.call('HMGET', KEYS[1], 'owner', 'count', 'fair', 'w', 'h')
+local held = redis.call('HMGET', KEYS[1], 'owner', 'count', 'fair', 'w', 'h', 'from')
 local m = tonumber(ARGV[6])
 local function offer(j)
   local at = 7 + 3 * (j - 1)
   return ARGV[at], ARGV[at + 1], ARGV[at + 2] == '1'
 end
-if held[1] and held[1] ~= ARGV[1] and ARGV[2] == '1' then
+if held[1] and held[1] ~= ARGV[1] and ARGV[2] == '1' and held[6] == ARGV[1] then
   for j = 1, m do
     if offer(j) == held[1] then
       return {0, tonumber(redis.call('HGET', KEYS[1], 'fence')), j}
@@ -78,11 +79,12 @@ if held[1] == ARGV[1] and (ARGV[2] == '1' or held[2] == '1') and ARGV[3] == '0' 
       local owner, lease = offer(chosen)
       -- The hash is written over: `fair` and a mark ("w") stay.
       if held[3] then
-        redis.call('HSET', KEYS[1], 'owner', owner, 'count', 1, 'fence', fence)
+        redis.call('HSET', KEYS[1], 'owner', owner, 'count', 1, 'fence', fence, 'from', ARGV[1])
         redis.call('ZREM', KEYS[3], owner)
         redis.call('ZREM', KEYS[4], owner)
       else
-        redis.call('HSET', KEYS[1], 'owner', owner, 'count', 1, 'fence', fence, 'h', chain + 1)
+        redis.call('HSET', KEYS[1], 'owner', owner, 'count', 1, 'fence', fence, 'h', chain + 1,
+          'from', ARGV[1])
       end
       redis.call('PEXPIRE', KEYS[1], lease)
       return {0, fence, chosen}

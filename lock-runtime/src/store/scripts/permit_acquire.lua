@@ -11,8 +11,9 @@
 -- ARGV[2]  lease in milliseconds
 -- ARGV[3]  the semaphore's number of permits
 -- ARGV[4]  how many of them the caller takes
--- ARGV[5]  "1" when the caller re-enters (see acquire.lua): permits it no
---          longer holds are not taken afresh
+-- ARGV[5]  how the caller asks (see acquire.lua): "0" afresh, "h" or "k"
+--          (keeping its lease) re-entering permits it holds, which are
+--          not taken afresh once it no longer holds them
 -- ARGV[6..8]  the restart quarantine: run id seen, ms, strict (fence.lua)
 --
 -- The number of permits is recorded by the acquisition that finds the
@@ -89,12 +90,14 @@ if redis.call('ZSCORE', set, owner) then
   end
   local count = redis.call('HINCRBY', hash, 'c:' .. owner, 1)
   local fence = tonumber(redis.call('HGET', hash, 'f:' .. owner))
-  redis.call('ZADD', set, 'GT', now + lease, owner)
-  keep_for(set, lease)
-  keep_for(hash, lease)
+  if ARGV[5] ~= 'k' then
+    redis.call('ZADD', set, 'GT', now + lease, owner)
+    keep_for(set, lease)
+    keep_for(hash, lease)
+  end
   return {1, fence, count}
 end
-if ARGV[5] == '1' then
+if ARGV[5] ~= '0' then
   return {-4, 1}
 end
 if taken + take > limit then

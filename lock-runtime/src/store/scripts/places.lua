@@ -5,12 +5,13 @@
 -- (a semaphore's holders, who may take several places each, have
 -- permit_acquire.lua). `set` scores each holder by its lease expiry
 -- (ms); `holders` keeps each one's re-entry count ("c:" owner) and token
--- ("f:" owner). Holders whose leases ran out are dropped first.
+-- ("f:" owner). Holders whose leases ran out are dropped first. A holder
+-- that re-enters keeps its lease unless `lengthen`.
 --
 -- Returns {1, fence, count} when `owner` holds a place afterwards, or
 -- {0, ms until the first lease runs out} when `limit` places are taken (or
 -- {0, ms, 1} while the restart quarantine `q` keeps the slot closed).
-local function take_place(set, holders, counter, owner, lease, limit, q)
+local function take_place(set, holders, counter, owner, lease, limit, q, lengthen)
   local now = now_ms()
   for _, gone in ipairs(redis.call('ZRANGEBYSCORE', set, '-inf', now)) do
     redis.call('HDEL', holders, 'c:' .. gone, 'f:' .. gone)
@@ -20,9 +21,11 @@ local function take_place(set, holders, counter, owner, lease, limit, q)
   if redis.call('ZSCORE', set, owner) then
     local count = redis.call('HINCRBY', holders, 'c:' .. owner, 1)
     local fence = tonumber(redis.call('HGET', holders, 'f:' .. owner))
-    redis.call('ZADD', set, 'GT', now + lease, owner)
-    keep_for(set, lease)
-    keep_for(holders, lease)
+    if lengthen then
+      redis.call('ZADD', set, 'GT', now + lease, owner)
+      keep_for(set, lease)
+      keep_for(holders, lease)
+    end
     return {1, fence, count}
   end
   if limit and redis.call('ZCARD', set) >= limit then

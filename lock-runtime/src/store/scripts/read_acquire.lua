@@ -10,8 +10,9 @@
 -- ARGV[2]  lease in milliseconds
 -- ARGV[3]  how long a waiting reader's mark lasts unless it tries again
 --          (ms; 0: the caller does not wait); see acquire.lua
--- ARGV[4]  "1" when the caller re-enters (see acquire.lua): as reader, or
---          as the writer taking the read side too
+-- ARGV[4]  how the caller asks (see acquire.lua): "0" afresh, "h" or "k"
+--          (keeping its lease) re-entering its read side, "o" the writer
+--          taking the read side too (a downgrade)
 -- ARGV[5..7]  the restart quarantine: run id seen, ms, strict (fence.lua)
 --
 -- Returns {1, fence, count} when the caller reads afterwards, {-4, 1} when
@@ -34,7 +35,8 @@ local function wait_for_turn(ttl)
   return {0, ttl}
 end
 local writer = redis.call('HGET', KEYS[1], 'owner')
-if ARGV[4] == '1' and writer ~= ARGV[1] and not holds_place(KEYS[2], ARGV[1]) then
+local how = ARGV[4]
+if how ~= '0' and not (how == 'o' and writer == ARGV[1]) and not holds_place(KEYS[2], ARGV[1]) then
   return {-4, 1}
 end
 if writer and writer ~= ARGV[1] then
@@ -49,7 +51,7 @@ end
 if not writer and not holds_place(KEYS[2], ARGV[1]) and redis.call('EXISTS', KEYS[5]) == 1 then
   return wait_for_turn(redis.call('PTTL', KEYS[5]))
 end
-local taken = take_place(KEYS[2], KEYS[3], KEYS[4], ARGV[1], tonumber(ARGV[2]), nil, quarantine_at(ARGV, 5))
+local taken = take_place(KEYS[2], KEYS[3], KEYS[4], ARGV[1], tonumber(ARGV[2]), nil, quarantine_at(ARGV, 5), how ~= 'k')
 if taken[1] == 1 then
   -- The readers' turn has come.
   redis.call('DEL', KEYS[6])

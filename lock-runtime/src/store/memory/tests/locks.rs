@@ -63,7 +63,7 @@ async fn a_busy_lock_reports_the_holders_lease_and_only_the_owner_releases() {
 
     // A holder with no expiry makes the reply -1.
     server.command(&["PERSIST", &lock.lock]);
-    assert_eq!(acquire(&server, &lock, "b:1", lease).await, [0, -1]);
+    assert_eq!(acquire(&server, &lock, "b:1", lease).await, [0, -1, 0]);
 }
 
 #[tokio::test]
