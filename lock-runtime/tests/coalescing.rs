@@ -8,6 +8,7 @@
 mod common;
 
 use std::collections::HashSet;
+use std::task::Poll;
 use std::time::Duration;
 
 use common::{builder, connect};
@@ -310,4 +311,55 @@ async fn a_user_without_lastsave_still_takes_locks() {
         .await
         .expect("INFO decides when LASTSAVE is refused");
     guard.release().await.expect("release");
+}
+
+/// Nothing a lane does for one caller waits for another caller's future to
+/// be polled: acquisitions polled once and then kept without being polled
+/// (a `buffer_unordered` under back-pressure, a `select!` branch no longer
+/// polled) hold up no other call of the client, and still get their own
+/// replies when they are polled again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn calls_kept_unpolled_hold_up_no_other_call() {
+    let server = RedisServer::start();
+    // A command timeout longer than the bound below: a call held up fails
+    // the bound, not its own timeout.
+    let locks = connect(builder(&server).command_timeout(Duration::from_secs(30))).await;
+    let prefix = unique_key("unpolled");
+
+    // As many acquisitions as may be on their way at once, each polled
+    // once (its call sent) and then left alone. The server is paused
+    // meanwhile, so that no answer can come within that one poll.
+    server.pause();
+    let mut kept: Vec<_> = (0..2)
+        .map(|i| {
+            let request = locks.lock(format!("{prefix}:{i}")).wait(Duration::ZERO);
+            Box::pin(request.acquire())
+        })
+        .collect();
+    for acquisition in &mut kept {
+        let polled = std::future::poll_fn(|cx| Poll::Ready(acquisition.as_mut().poll(cx))).await;
+        assert!(polled.is_pending(), "the server is paused: {polled:?}");
+    }
+    server.resume();
+
+    let other = tokio::time::timeout(
+        Duration::from_secs(5),
+        locks
+            .lock(format!("{prefix}:other"))
+            .wait(Duration::ZERO)
+            .acquire(),
+    )
+    .await
+    .expect("an acquisition of another lock is not held up by the unpolled ones")
+    .expect("granted");
+    other.release().await.expect("release");
+
+    // Polled again, the kept ones get their own replies.
+    for acquisition in kept {
+        let guard = tokio::time::timeout(Duration::from_secs(5), acquisition)
+            .await
+            .expect("a kept acquisition completes once polled")
+            .expect("granted");
+        guard.release().await.expect("release");
+    }
 }

@@ -12,27 +12,40 @@
 //! as it would without coalescing, so a lone caller is never slowed; the
 //! batches grow with the load, by themselves.
 //!
+//! Who sends. A call that finds its lane idle (nothing waiting, fewer than
+//! [`IN_FLIGHT`] calls on their way) goes alone, sent from its caller's own
+//! future: a lone call costs no task switch. Calls that find the lane busy
+//! wait for the lane's *sender*, a task that runs while calls wait: it
+//! sends them in batches and hands each caller its reply, whatever the
+//! callers' futures do. A call gone alone takes a place among the
+//! [`IN_FLIGHT`] like a batch, and the lane keeps it as a shared future:
+//! when calls wait for its place, the sender drives it too, so that its
+//! reply is handled and its place freed whether or not its caller's
+//! future is polled again. So a caller whose future is polled once and
+//! then kept without being polled (a `buffer_unordered` under
+//! back-pressure, a `select!` branch no longer polled) holds up no other
+//! call; its own reply waits for it, and a grant in it stays its own.
+//!
 //! Cancellation. A caller dropped while its call waits takes it out (its
 //! call is never sent). Releases too: a release whose caller gave up (its
 //! command timeout ran out) was reported as failed, and the lock is left to
 //! its lease; sent later, it could give back a level that the same owner
 //! (a scope's owner id) has taken anew since. A caller dropped once its
-//! call is on its way cannot stop it: the batch still runs, its
-//! reply is handed to the callers still there, and an acquisition granted
-//! to a caller that is gone is given back at once (its `undo` call),
-//! instead of staying taken until its lease runs out. A caller whose call
-//! goes alone sends it itself, without a task of its own (a lone call costs
-//! no task switch); if it is dropped midway, the rest goes on in a task
-//! (see [`Detached`]). A batch with other callers' calls goes in a task,
-//! so that their replies never wait for one caller's future to be polled.
+//! call is on its way cannot stop it: the call still runs, its reply is
+//! handed to the callers still there, and an acquisition granted to a
+//! caller that is gone is given back at once (its `undo` call), instead of
+//! staying taken until its lease runs out. A caller dropped midway through
+//! a call it sent alone leaves the rest of it to a task (see [`Detached`]);
+//! the sender's batches are in a task from the start.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::Duration;
 
-use futures_util::future::BoxFuture;
+use futures_util::future::{BoxFuture, FutureExt, Shared, select_all};
+use futures_util::stream::{FuturesUnordered, StreamExt};
 use redis::{RedisError, Value};
-use tokio::sync::oneshot;
+use tokio::sync::{Notify, oneshot};
 
 use crate::base::detached::Detached;
 use crate::base::error::LockError;
@@ -114,12 +127,36 @@ const IN_FLIGHT: u8 = 2;
 /// thread, and every other client of that Redis waits for it to end.
 const MOST_PER_BATCH: usize = 256;
 
+/// A call gone alone, on its way: its caller's future drives it, and so
+/// does the lane's sender when it needs its place.
+type Flight = Shared<BoxFuture<'static, ()>>;
+
 #[derive(Default)]
 struct Queue {
+    /// Calls waiting for the sender; while there are any, it runs.
     waiting: Vec<Waiter>,
-    /// Calls of this lane on their way (at most [`IN_FLIGHT`]): when there
-    /// are as many as may be, the waiting ones go when one is back.
-    sending: u8,
+    /// Calls on their way that went alone, by number.
+    alone: Vec<(u64, Flight)>,
+    /// The number of the next call to go alone.
+    numbered: u64,
+    /// Whether the lane's sender task runs.
+    sender: bool,
+    /// Batches the sender has on their way.
+    batches: u8,
+    /// Wakes the sender, while it runs, when a call gone alone is back and
+    /// calls wait.
+    wake: Option<Arc<Notify>>,
+}
+
+impl Queue {
+    fn idle(&self) -> bool {
+        self.waiting.is_empty() && self.alone.is_empty() && !self.sender
+    }
+
+    /// How many calls are on their way.
+    fn on_their_way(&self) -> usize {
+        self.alone.len() + usize::from(self.batches)
+    }
 }
 
 /// The lanes of one connection.
@@ -146,39 +183,44 @@ impl Coalescer {
         timeout: Duration,
     ) -> Reply {
         let (reply, replied) = oneshot::channel();
-        let send = {
+        let waiter = Waiter { call, undo, reply };
+        let (alone, new_sender) = {
             let mut lanes = self.lanes();
             let queue = lanes.entry(lane).or_default();
-            queue.waiting.push(Waiter { call, undo, reply });
-            let send = queue.sending < IN_FLIGHT;
-            queue.sending += u8::from(send);
-            send
-        };
-        if send {
-            let (coalescer, transport) = (self.clone(), transport.clone());
-            Detached::new(async move {
-                let Some(batch) = coalescer.take(lane) else {
-                    return;
+            if queue.waiting.is_empty() && queue.on_their_way() < usize::from(IN_FLIGHT) {
+                let number = queue.numbered;
+                queue.numbered += 1;
+                let back = Back {
+                    coalescer: Arc::downgrade(self),
+                    lane,
+                    number,
                 };
-                if batch.len() > 1 {
-                    // Other callers' calls: their replies must not wait for
-                    // this caller's future to be polled.
-                    tokio::spawn(async move {
-                        deliver(&transport, batch).await;
-                        if coalescer.take_turn(lane) {
-                            drain(coalescer, transport, lane).await;
-                        }
-                    });
-                    return;
+                let transport = transport.clone();
+                let flight = async move {
+                    deliver(&transport, vec![waiter]).await;
+                    drop(back);
                 }
-                deliver(&transport, batch).await;
-                // Calls that came while this one was on its way go next,
-                // in a task: this caller has its reply.
-                if coalescer.take_turn(lane) {
-                    tokio::spawn(drain(coalescer, transport, lane));
-                }
-            })
-            .await;
+                .boxed()
+                .shared();
+                queue.alone.push((number, flight.clone()));
+                (Some(flight), None)
+            } else {
+                queue.waiting.push(waiter);
+                let new_sender = !std::mem::replace(&mut queue.sender, true);
+                let wake = new_sender.then(|| queue.wake.insert(Arc::default()).clone());
+                (None, wake)
+            }
+        };
+        if let Some(flight) = alone {
+            Detached::new(flight).await;
+        } else if let Some(wake) = new_sender {
+            // Made here, so that a task dropped before it ran still stops it.
+            let sender = Sender {
+                coalescer: self.clone(),
+                lane,
+                stopped: false,
+            };
+            tokio::spawn(run_sender(sender, transport.clone(), wake));
         }
         match tokio::time::timeout(timeout, replied).await {
             Ok(Ok(reply)) => reply,
@@ -190,51 +232,141 @@ impl Coalescer {
             Err(_) => Err(Failure::TimedOut),
         }
     }
+}
 
-    /// The calls waiting in `lane` whose callers are still there, for a
-    /// sender to send now (at most [`MOST_PER_BATCH`]); `None` when there
-    /// are none, and the sender stops.
-    fn take(&self, lane: Lane) -> Option<Vec<Waiter>> {
-        let mut lanes = self.lanes();
-        let queue = lanes.get_mut(&lane)?;
+/// Dropped when a call gone alone is back: it leaves its lane, and the
+/// sender, if calls wait, has room for them. (A weak reference: the lane
+/// holds the call.)
+struct Back {
+    coalescer: Weak<Coalescer>,
+    lane: Lane,
+    number: u64,
+}
+
+impl Drop for Back {
+    fn drop(&mut self) {
+        let Some(coalescer) = self.coalescer.upgrade() else {
+            return;
+        };
+        let mut lanes = coalescer.lanes();
+        let Some(queue) = lanes.get_mut(&self.lane) else {
+            return;
+        };
+        let at = queue.alone.iter().position(|(n, _)| *n == self.number);
+        let this = at.map(|at| queue.alone.swap_remove(at));
+        if let (false, Some(wake)) = (queue.waiting.is_empty(), &queue.wake) {
+            wake.notify_one();
+        } else if queue.idle() {
+            lanes.remove(&self.lane);
+        }
+        drop(lanes);
+        drop(this);
+    }
+}
+
+/// What the sender does next.
+enum Next {
+    /// Sends these calls as one batch.
+    Send(Vec<Waiter>),
+    /// Waits for a batch of its own to be back, or for one of these calls
+    /// gone alone (driving them: their callers may not poll them) when
+    /// calls wait for their places.
+    Wait(Vec<Flight>),
+    /// Nothing waits and nothing of its own is on its way: it stops.
+    Stop,
+}
+
+/// The sender of a lane: sends what waits there, batch after batch, until
+/// nothing waits and nothing it sent is on its way.
+async fn run_sender<T: Transport>(mut sender: Sender, transport: T, wake: Arc<Notify>) {
+    let mut batches = FuturesUnordered::new();
+    loop {
+        let alone = match sender.next(batches.len()) {
+            Next::Send(batch) => {
+                batches.push(deliver(&transport, batch));
+                continue;
+            }
+            Next::Wait(alone) => alone,
+            Next::Stop => return,
+        };
+        let alone_back = async move {
+            if alone.is_empty() {
+                std::future::pending().await
+            } else {
+                select_all(alone).await;
+            }
+        };
+        tokio::select! {
+            Some(()) = batches.next(), if !batches.is_empty() => {}
+            () = alone_back => {}
+            () = wake.notified() => {}
+        }
+    }
+}
+
+/// The sender's hold on its lane. Dropped before it stopped (its task
+/// dropped: the runtime is shutting down), it stops, and the calls that
+/// wait are dropped unsent: no one is left to send them.
+struct Sender {
+    coalescer: Arc<Coalescer>,
+    lane: Lane,
+    stopped: bool,
+}
+
+impl Sender {
+    /// What to do next, with `on_their_way` batches of its own on their
+    /// way. A batch is the calls waiting whose callers are still there (at
+    /// most [`MOST_PER_BATCH`]), when fewer than [`IN_FLIGHT`] calls of the
+    /// lane are on their way.
+    fn next(&mut self, on_their_way: usize) -> Next {
+        let mut lanes = self.coalescer.lanes();
+        let Some(queue) = lanes.get_mut(&self.lane) else {
+            self.stopped = true;
+            return Next::Stop;
+        };
+        queue.batches = u8::try_from(on_their_way).unwrap_or(u8::MAX);
         queue.waiting.retain(|waiter| !waiter.reply.is_closed());
         if queue.waiting.is_empty() {
-            stop_sending(&mut lanes, lane);
-            return None;
-        }
-        let most = queue.waiting.len().min(MOST_PER_BATCH);
-        Some(queue.waiting.drain(..most).collect())
-    }
-
-    /// After a sender's call came back: whether calls are waiting in `lane`
-    /// (and the sender goes on), or the sender stops.
-    fn take_turn(&self, lane: Lane) -> bool {
-        let mut lanes = self.lanes();
-        match lanes.get(&lane) {
-            Some(queue) if !queue.waiting.is_empty() => true,
-            Some(_) => {
-                stop_sending(&mut lanes, lane);
-                false
+            if on_their_way > 0 {
+                return Next::Wait(Vec::new());
             }
-            None => false,
+            queue.sender = false;
+            queue.wake = None;
+            self.stopped = true;
+            if queue.idle() {
+                lanes.remove(&self.lane);
+            }
+            return Next::Stop;
         }
+        if queue.on_their_way() >= usize::from(IN_FLIGHT) {
+            let alone = queue.alone.iter().map(|(_, flight)| flight.clone());
+            return Next::Wait(alone.collect());
+        }
+        queue.batches += 1;
+        let most = queue.waiting.len().min(MOST_PER_BATCH);
+        Next::Send(queue.waiting.drain(..most).collect())
     }
 }
 
-/// One sender of `lane` stops; an idle lane is forgotten.
-fn stop_sending(lanes: &mut HashMap<Lane, Queue>, lane: Lane) {
-    if let Some(queue) = lanes.get_mut(&lane) {
-        queue.sending = queue.sending.saturating_sub(1);
-        if queue.sending == 0 && queue.waiting.is_empty() {
-            lanes.remove(&lane);
+impl Drop for Sender {
+    fn drop(&mut self) {
+        if self.stopped {
+            return;
         }
-    }
-}
-
-/// Sends what waits in `lane`, batch after batch, until nothing does.
-async fn drain<T: Transport>(coalescer: Arc<Coalescer>, transport: T, lane: Lane) {
-    while let Some(batch) = coalescer.take(lane) {
-        deliver(&transport, batch).await;
+        let mut lanes = self.coalescer.lanes();
+        let Some(queue) = lanes.get_mut(&self.lane) else {
+            return;
+        };
+        let unsent = std::mem::take(&mut queue.waiting);
+        queue.sender = false;
+        queue.wake = None;
+        queue.batches = 0;
+        if queue.idle() {
+            lanes.remove(&self.lane);
+        }
+        drop(lanes);
+        // Their callers are told so at once (outside the lock).
+        drop(unsent);
     }
 }
 
