@@ -50,7 +50,7 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fmt;
 
-use crate::record::{Call, CancelHow, FailKind, LossKind, ReleaseOutcome, Role};
+use crate::record::{Call, CancelHow, FailKind, LossKind, ReleaseOutcome, Role, TryOutcome};
 
 /// How long after a stall ends a frozen holder still counts as frozen: the
 /// runtime needs a moment to run its watchdog and deliver `lost()`.
@@ -61,6 +61,23 @@ pub const LATE_NOTICE_US: i64 = 100_000;
 
 /// Two `acquire()` calls closer than this have no clear arrival order.
 pub const ARRIVAL_SLACK_US: i64 = 10_000;
+
+/// The worker id of the orchestrator's own client (the operator), whose
+/// holds after a removal are sections like any other.
+pub const OPERATOR: u32 = 0;
+
+/// A holder whose lock was removed from Redis (force-released, deleted)
+/// must be told, or stop, within this part of the lease after the removal:
+/// its next renewal, a third of the lease at most, plus the round trip.
+pub fn removal_notice_us(lease_us: i64) -> i64 {
+    lease_us / 2
+}
+
+/// A lock that nobody holds must not stay taken longer than this part of
+/// the lease after a release dropped midway or a try-lock that gave up.
+pub fn stuck_limit_us(lease_us: i64) -> i64 {
+    lease_us / 2
+}
 
 /// The kinds of fault the injector knows.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -94,6 +111,17 @@ pub enum FaultKind {
     WorkerStall,
     /// SIGKILL a worker inside a critical section, and start a new one.
     WorkerKill,
+    /// An operator `force_release` of a lock while a holder's body runs;
+    /// the operator takes the lock at once; the holder re-enters it.
+    ForceRelease,
+    /// A raw `DEL` of a held lock's keys, then as [`FaultKind::ForceRelease`].
+    KeyDelete,
+    /// A holder's `release()` dropped by a short timeout, sometimes while
+    /// the server is stalled.
+    ReleaseCut,
+    /// A try-lock during a server stall, failing on a short command timeout
+    /// or dropped by a short timeout.
+    TryLockStall,
     /// Cluster: `CLUSTER FAILOVER` on a replica of the master of a lock key.
     ClusterFailover,
     /// Cluster: SIGKILL the master of a lock key, wait for its replica to
@@ -119,7 +147,7 @@ pub enum FaultKind {
 
 impl FaultKind {
     /// Every kind, in report order.
-    pub const ALL: [FaultKind; 12] = [
+    pub const ALL: [FaultKind; 16] = [
         FaultKind::RedisPauseShort,
         FaultKind::RedisPauseLong,
         FaultKind::RedisRestart,
@@ -132,13 +160,24 @@ impl FaultKind {
         FaultKind::ProxyBlackhole,
         FaultKind::WorkerStall,
         FaultKind::WorkerKill,
+        FaultKind::ForceRelease,
+        FaultKind::KeyDelete,
+        FaultKind::ReleaseCut,
+        FaultKind::TryLockStall,
     ];
 
     /// The faults a single-Redis fault plan starts with: those that roll
     /// Redis back in time or cut it off silently, which every rule (tokens,
     /// fenced writes, overlaps) judges best on exclusive locks, the first
-    /// kind of lock run.
-    pub const FIRST: [FaultKind; 2] = [FaultKind::RedisRestartStale, FaultKind::ProxyBlackhole];
+    /// kind of lock run, and those that remove a held lock from Redis while
+    /// its holder re-enters it (a re-entry is where exclusive locks are
+    /// taken most often: `#[distributed_lock]` functions).
+    pub const FIRST: [FaultKind; 4] = [
+        FaultKind::ForceRelease,
+        FaultKind::RedisRestartStale,
+        FaultKind::ProxyBlackhole,
+        FaultKind::KeyDelete,
+    ];
 
     /// The faults of the topology runs and of the eviction run (never in a
     /// single-Redis run).
@@ -168,6 +207,10 @@ impl FaultKind {
             FaultKind::ProxyBlackhole => "proxy-blackhole",
             FaultKind::WorkerStall => "worker-stall",
             FaultKind::WorkerKill => "worker-kill",
+            FaultKind::ForceRelease => "force-release",
+            FaultKind::KeyDelete => "key-delete",
+            FaultKind::ReleaseCut => "release-cut",
+            FaultKind::TryLockStall => "trylock-stall",
             FaultKind::ClusterFailover => "cluster-failover",
             FaultKind::ClusterMasterKill => "cluster-master-kill",
             FaultKind::SentinelMasterKill => "sentinel-master-kill",
@@ -213,6 +256,27 @@ impl FaultKind {
             }
             FaultKind::WorkerKill => {
                 "SIGKILL a worker inside a critical section (renewals running), start a new worker"
+            }
+            FaultKind::ForceRelease => {
+                "an operator's `force_release` (the admin API) of a lock whose holder's body runs; \
+                 the operator's client takes the lock at once and holds it 10–60 ms; the holder \
+                 re-enters its lock (a nested acquisition in its scope, as the attribute makes) \
+                 40–150 ms after its body began"
+            }
+            FaultKind::KeyDelete => {
+                "a raw `DEL` of the keys of a lock whose holder's body runs (no release \
+                 published); then as force-release"
+            }
+            FaultKind::ReleaseCut => {
+                "a holder's `release()` dropped by a 0–20 ms `tokio::time::timeout`, in 2 of 3 \
+                 while the server is stalled 60–250 ms (`DEBUG SLEEP`, or the proxy paused); \
+                 then how long the lock stays taken with nobody holding it"
+            }
+            FaultKind::TryLockStall => {
+                "a try-lock (`try_acquire()`, wait 0) during a 80–250 ms stall (`DEBUG SLEEP`, \
+                 or the proxy paused): half through a client whose command timeout (40 ms) is \
+                 shorter than the stall, half dropped by a 1–20 ms timeout; then how long the \
+                 lock stays taken with nobody holding it"
             }
             FaultKind::ClusterFailover => {
                 "`CLUSTER FAILOVER` on a replica of the master serving a random lock key; wait until it took over"
@@ -438,6 +502,58 @@ pub struct History {
     pub evictions: Vec<Evicted>,
     /// When the workers were told to stop.
     pub stopped_at: Option<i64>,
+    /// Locks removed from Redis while held (force-released, deleted).
+    pub removals: Vec<Removal>,
+    /// Releases dropped midway and try-locks that gave up, each followed
+    /// by a look at how long the lock stayed taken.
+    pub stuck_checks: Vec<StuckCheck>,
+    /// Releases run under a short timeout as ordered, by outcome (`None`:
+    /// dropped before they returned).
+    pub cut_releases: BTreeMap<Option<ReleaseOutcome>, u64>,
+    /// Try-locks made during a stall, by outcome.
+    pub try_locks: BTreeMap<TryOutcome, u64>,
+}
+
+/// A lock removed from Redis while someone may have held it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Removal {
+    /// Key index.
+    pub key: u32,
+    /// When the command that removed it returned.
+    pub at: i64,
+    /// How ([`FaultKind::ForceRelease`] or [`FaultKind::KeyDelete`]).
+    pub how: FaultKind,
+}
+
+/// A release dropped midway or a try-lock that gave up on the lock `key`:
+/// from `free_from` (when it gave up, or the stall ended if later) the lock
+/// must be free for others within [`stuck_limit_us`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StuckCheck {
+    /// Key index.
+    pub key: u32,
+    /// [`FaultKind::ReleaseCut`] or [`FaultKind::TryLockStall`].
+    pub what: FaultKind,
+    /// When the call was dropped or returned its error.
+    pub gave_up: i64,
+    /// When the lock should have been free at the latest: `gave_up`, or
+    /// the end of the stall it happened in.
+    pub free_from: i64,
+}
+
+/// How long a lock stayed taken by nobody after a [`StuckCheck`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Stuck {
+    /// The check.
+    pub check: StuckCheck,
+    /// When the lock was free for others: `free_from`, or the end of the
+    /// last holder's section that held it then.
+    pub free_at: i64,
+    /// The next acquisition of the key after the call gave up, if any
+    /// before the run stopped.
+    pub next: Option<i64>,
+    /// Time from `free_at` until that acquisition (or the end of the run).
+    pub stuck_us: i64,
 }
 
 /// A key Redis evicted.
@@ -652,11 +768,31 @@ pub struct Figures {
     pub evicted_held: usize,
     /// How workers came back after each black hole.
     pub recoveries: Vec<Recovery>,
+    /// Locks removed from Redis (force-released, deleted) while held.
+    pub removed_held: usize,
+    /// Overlaps with a holder whose lock was removed from Redis, before it
+    /// could be told (told or stopped within [`removal_notice_us`], and no
+    /// re-entry granted after the removal): the operator's doing, fencing's
+    /// job.
+    pub removed_overlaps: Vec<Overlap>,
+    /// Re-entries granted with a token other than the section's they
+    /// re-enter: the lock had vanished and was taken afresh.
+    pub regranted: usize,
+    /// After each release dropped midway or try-lock that gave up: how long
+    /// the lock stayed taken by nobody.
+    pub stuck: Vec<Stuck>,
+    /// **Safety**: of those, locks taken by nobody for longer than
+    /// [`stuck_limit_us`].
+    pub stuck_locks: usize,
+    /// Releases run under a short timeout as ordered, by outcome.
+    pub cut_releases: BTreeMap<Option<ReleaseOutcome>, u64>,
+    /// Try-locks made during a stall, by outcome.
+    pub try_locks: BTreeMap<TryOutcome, u64>,
 }
 
 impl Figures {
     /// The safety figures that must be 0, with their names.
-    pub fn safety(&self) -> [(&'static str, usize); 5] {
+    pub fn safety(&self) -> [(&'static str, usize); 6] {
         [
             (
                 "overlapping critical sections among holders not told of loss",
@@ -677,6 +813,10 @@ impl Figures {
             (
                 "waiters never woken (acquire returned nothing within wait + slack)",
                 self.hung_acquires,
+            ),
+            (
+                "locks taken by nobody for over half the lease (after a dropped release or a failed try-lock)",
+                self.stuck_locks,
             ),
         ]
     }
@@ -729,7 +869,8 @@ pub fn claim_end(section: &Section, stalls: &[Stall]) -> i64 {
 /// Computes every figure of a run.
 pub fn analyze(history: &History) -> Figures {
     let holders: HashSet<Holder> = history.sections.iter().map(|s| s.holder).collect();
-    let reentries = reentries(&history.sections);
+    let ancestors = reentry_ancestors(&history.sections);
+    let reentries: HashSet<Holder> = ancestors.keys().copied().collect();
     let mut figures = Figures {
         acquisitions: holders.len(),
         failures: history.failures.clone(),
@@ -738,6 +879,8 @@ pub fn analyze(history: &History) -> Figures {
         unexpected_exits: history.unexpected_exits,
         cancelled: history.cancelled.clone(),
         held_at_exit: history.exits.iter().map(|&(_, held)| held).sum(),
+        cut_releases: history.cut_releases.clone(),
+        try_locks: history.try_locks.clone(),
         ..Figures::default()
     };
     let nested: HashSet<Holder> = history
@@ -774,7 +917,9 @@ pub fn analyze(history: &History) -> Figures {
     for sections in by_key.values_mut() {
         sections.retain(|s| !reentries.contains(&s.holder));
     }
-    overlaps(history, &by_key, &mut figures);
+    let cuts = removal_cuts(history, &by_key, &ancestors, &mut figures);
+    overlaps(history, &by_key, &cuts, &mut figures);
+    stuck(history, &by_key, &mut figures);
     regressions(history, &by_key, &mut figures);
     fencing(history, &mut figures);
     notices(history, &mut figures);
@@ -816,16 +961,118 @@ fn conflicts(a: Role, b: Role) -> bool {
 }
 
 /// An earlier section whose interval may still be open: it, the end of its
-/// unwarned interval, and the end ignoring the frozen-holder exception.
-type Open<'a> = (&'a Section, i64, i64);
+/// unwarned interval, the end ignoring the frozen-holder and removal
+/// exceptions, and whether a removal ended its unwarned interval.
+type Open<'a> = (&'a Section, i64, i64, bool);
 
-fn overlaps(history: &History, by_key: &BTreeMap<u32, Vec<&Section>>, figures: &mut Figures) {
+/// Per section (holder and key) whose lock was removed from Redis while it
+/// held it: when, if the removal ends its unwarned interval. It does when
+/// the holder was told or stopped within [`removal_notice_us`] of the
+/// removal and no re-entry of it was granted after the removal: a holder
+/// cannot know of a removal before its next renewal, and the operator took
+/// that risk. A re-entry granted after the removal, or a holder still
+/// untold past that time, keeps its whole interval: the runtime asked Redis
+/// (or should have) and believed it still held the lock. Also counts the
+/// removals that hit a holder, and the re-entries granted a new token.
+fn removal_cuts(
+    history: &History,
+    by_key: &BTreeMap<u32, Vec<&Section>>,
+    ancestors: &HashMap<Holder, Holder>,
+    figures: &mut Figures,
+) -> HashMap<(Holder, u32), i64> {
+    let tokens: HashMap<(Holder, u32), u64> = history
+        .sections
+        .iter()
+        .map(|s| ((s.holder, s.key), s.token))
+        .collect();
+    // Re-entries, by the section they re-enter: when each was granted.
+    let mut grants: HashMap<(Holder, u32), Vec<i64>> = HashMap::new();
+    for section in &history.sections {
+        if let Some(&ancestor) = ancestors.get(&section.holder) {
+            grants
+                .entry((ancestor, section.key))
+                .or_default()
+                .push(section.acquired);
+            if tokens
+                .get(&(ancestor, section.key))
+                .is_some_and(|&token| token != section.token)
+            {
+                figures.regranted += 1;
+            }
+        }
+    }
+    let bound = removal_notice_us(history.lease_us);
+    let mut cuts = HashMap::new();
+    let mut hit = HashSet::new();
+    for sections in by_key.values() {
+        for &section in sections {
+            let end = claim_end(section, &history.stalls);
+            let Some(removal) = history
+                .removals
+                .iter()
+                .find(|r| r.key == section.key && section.acquired <= r.at && r.at < end)
+            else {
+                continue;
+            };
+            hit.insert((removal.key, removal.at));
+            let regranted = grants
+                .get(&(section.holder, section.key))
+                .is_some_and(|at| at.iter().any(|&t| t > removal.at));
+            if !regranted && section.raw_end() <= removal.at + bound {
+                cuts.insert((section.holder, section.key), removal.at);
+            }
+        }
+    }
+    figures.removed_held = hit.len();
+    cuts
+}
+
+/// How long each lock stayed taken by nobody after a release dropped
+/// midway or a try-lock that gave up: from when it should have been free
+/// (the check's `free_from`, or the end of a section that held it then)
+/// to the next acquisition of the key.
+fn stuck(history: &History, by_key: &BTreeMap<u32, Vec<&Section>>, figures: &mut Figures) {
+    let limit = stuck_limit_us(history.lease_us);
+    for check in &history.stuck_checks {
+        let sections = by_key.get(&check.key).map_or(&[][..], Vec::as_slice);
+        let next = sections
+            .iter()
+            .map(|s| s.acquired)
+            .filter(|&at| at > check.gave_up)
+            .min();
+        let until = next.or(history.stopped_at).unwrap_or(check.free_from);
+        let free_at = sections
+            .iter()
+            .filter(|s| s.acquired < until && s.end > check.free_from)
+            .map(|s| s.end)
+            .fold(check.free_from, i64::max);
+        let stuck_us = (until - free_at).max(0);
+        if stuck_us > limit {
+            figures.stuck_locks += 1;
+        }
+        figures.stuck.push(Stuck {
+            check: check.clone(),
+            free_at,
+            next,
+            stuck_us,
+        });
+    }
+}
+
+fn overlaps(
+    history: &History,
+    by_key: &BTreeMap<u32, Vec<&Section>>,
+    cuts: &HashMap<(Holder, u32), i64>,
+    figures: &mut Figures,
+) {
     for (&key, sections) in by_key {
         let mut open: Vec<Open<'_>> = Vec::new();
         for &later in sections {
             let at = later.acquired;
-            open.retain(|&(_, _, raw)| raw > at);
-            let later_end = claim_end(later, &history.stalls);
+            open.retain(|&(_, _, raw, _)| raw > at);
+            let claim = claim_end(later, &history.stalls);
+            let cut = cuts.get(&(later.holder, key)).copied();
+            let later_end = cut.map_or(claim, |cut| cut.min(claim));
             if later_end > at {
                 let overlap = |first: &Section, first_end: i64, holders: usize| Overlap {
                     key,
@@ -843,24 +1090,30 @@ fn overlaps(history: &History, by_key: &BTreeMap<u32, Vec<&Section>>, figures: &
                     last_fault: last_fault(&history.faults, at),
                     holders,
                 };
-                for &(first, first_end, first_raw) in &open {
+                for &(first, first_end, first_raw, removed) in &open {
                     if !conflicts(first.role, later.role) {
                         continue;
                     }
                     if first_end > at {
                         figures.unwarned_overlaps.push(overlap(first, first_end, 2));
                     } else if first_raw > at {
-                        figures.frozen_overlaps.push(Overlap {
+                        let apart = Overlap {
                             overlap_us: first_raw.min(later_end) - at,
                             ..overlap(first, first_raw, 2)
-                        });
+                        };
+                        if removed {
+                            figures.removed_overlaps.push(apart);
+                        } else {
+                            figures.frozen_overlaps.push(apart);
+                        }
                     }
                 }
                 if later.role == Role::Permit {
                     permit_overlaps(history, &open, (at, later_end), figures, overlap);
                 }
             }
-            open.push((later, later_end, later.raw_end().max(later_end)));
+            let raw = later.raw_end().max(claim);
+            open.push((later, later_end, raw, cut.is_some_and(|cut| cut < claim)));
         }
     }
 }
@@ -877,6 +1130,7 @@ fn permit_overlaps(
 ) {
     let permits = history.permits.max(1) as usize;
     let others: Vec<&Open<'_>> = open.iter().filter(|o| o.0.role == Role::Permit).collect();
+    let removed = others.iter().any(|o| o.3 && o.1 <= at);
     let unwarned: Vec<&&Open<'_>> = others.iter().filter(|o| o.1 > at).collect();
     if unwarned.len() + 1 > permits {
         let first = unwarned[0];
@@ -888,16 +1142,27 @@ fn permit_overlaps(
     } else if others.len() + 1 > permits {
         let first = others[0];
         let end = others.iter().map(|o| o.2).min().unwrap_or(first.2);
-        figures.frozen_overlaps.push(Overlap {
+        let apart = Overlap {
             overlap_us: end.min(later_end) - at,
             ..overlap(first.0, first.2, others.len() + 1)
-        });
+        };
+        if removed {
+            figures.removed_overlaps.push(apart);
+        } else {
+            figures.frozen_overlaps.push(apart);
+        }
     }
 }
 
 /// The sections that re-enter a lock: taken inside a section of the same
 /// task that holds the same key (or inside one of its descendants).
 pub fn reentries(sections: &[Section]) -> HashSet<Holder> {
+    reentry_ancestors(sections).into_keys().collect()
+}
+
+/// Each section that re-enters a lock, with the outermost section of its
+/// task that holds that key (the one whose holding it continues).
+pub fn reentry_ancestors(sections: &[Section]) -> HashMap<Holder, Holder> {
     let parents: HashMap<Holder, Holder> = sections
         .iter()
         .filter_map(|s| Some((s.holder, s.parent?)))
@@ -905,12 +1170,13 @@ pub fn reentries(sections: &[Section]) -> HashSet<Holder> {
     let held: HashSet<(Holder, u32)> = sections.iter().map(|s| (s.holder, s.key)).collect();
     sections
         .iter()
-        .filter(|s| {
-            std::iter::successors(s.parent, |h| parents.get(h).copied())
+        .filter_map(|s| {
+            let outermost = std::iter::successors(s.parent, |h| parents.get(h).copied())
                 .take(16)
-                .any(|ancestor| held.contains(&(ancestor, s.key)))
+                .filter(|&ancestor| held.contains(&(ancestor, s.key)))
+                .last()?;
+            Some((s.holder, outermost))
         })
-        .map(|s| s.holder)
         .collect()
 }
 
@@ -935,7 +1201,11 @@ fn evictions(history: &History, by_key: &BTreeMap<u32, Vec<&Section>>, figures: 
 /// before acquiring again are left out).
 fn recoveries(history: &History) -> Vec<Recovery> {
     let mut by_worker: BTreeMap<u32, Vec<i64>> = BTreeMap::new();
-    for section in &history.sections {
+    for section in history
+        .sections
+        .iter()
+        .filter(|s| s.holder.worker != OPERATOR)
+    {
         by_worker
             .entry(section.holder.worker)
             .or_default()

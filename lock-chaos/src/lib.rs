@@ -9,8 +9,10 @@
 //! it injects faults at random (seeded): Redis paused, killed and restarted
 //! (empty, or from an older snapshot), made to evict keys, connections
 //! killed or paused, traffic delayed, cut or black-holed, client runtimes
-//! stalled, client processes killed inside a critical section. The
-//! [`checker`] then counts what must never happen.
+//! stalled, client processes killed inside a critical section, held locks
+//! force-released or deleted while their holders re-enter them, releases
+//! and try-locks cut short during server stalls. The [`checker`] then
+//! counts what must never happen.
 //!
 //! Run it with `cargo run --release -p lock-chaos -- --help`.
 

@@ -263,11 +263,11 @@ OPTIONS:
     --kind <LIST>          comma-separated kinds of lock, one run each (default
                            exclusive; every kind with --ci): exclusive, multi,
                            semaphore, rw, fair; `all` names every kind
-    --duration <D>         how long to inject faults, per kind (default 240s;
+    --duration <D>         how long to inject faults, per kind (default 300s;
                            12s with --ci)
     --clients <N>          client processes (default 4)
-    --tasks <N>            tasks per client process (default 4)
-    --keys <N>             lock names the tasks contend for (default 3)
+    --tasks <N>            tasks per client process (default 8)
+    --keys <N>             lock names the tasks contend for (default 16)
     --lease <D>            lease of every lock (default 1s)
     --wait <D>             wait of every acquire (default 2s)
     --command-timeout <D>  the clients' command timeout (default 300ms)
@@ -282,7 +282,8 @@ OPTIONS:
                            redis-pause-long, redis-restart, redis-restart-delayed,
                            redis-restart-stale, client-kill, client-pause,
                            proxy-delay, proxy-cut, proxy-blackhole, worker-stall,
-                           worker-kill
+                           worker-kill, force-release, key-delete, release-cut,
+                           trylock-stall
     --topology <LIST>      comma-separated deployments, one run each (default
                            single; every one with --ci): single, cluster (3
                            masters + 3 replicas), sentinel (master + 2 replicas
@@ -342,10 +343,10 @@ pub struct Options {
 impl Default for Options {
     fn default() -> Self {
         Options {
-            duration: Duration::from_secs(240),
+            duration: Duration::from_secs(300),
             clients: 4,
-            tasks: 4,
-            keys: 3,
+            tasks: 8,
+            keys: 16,
             lease: Duration::from_secs(1),
             wait: Duration::from_secs(2),
             command_timeout: Duration::from_millis(300),

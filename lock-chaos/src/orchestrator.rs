@@ -6,18 +6,19 @@ use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use lock_runtime::Deployment;
+use lock_runtime::{Deployment, LockClient, LockGuard, LockRequest};
 use lock_testkit::{Proxy, RedisCluster, RedisServer, SentinelGroup};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::process::{Child, ChildStdin, Command};
 use tokio::sync::mpsc;
 
 use crate::checker::{
-    CrashCheck, Evicted, Fault, FaultKind, Hang, History, Holder, Section, Stall,
+    CrashCheck, Evicted, Fault, FaultKind, Hang, History, Holder, OPERATOR, Removal, Section,
+    Stall, StuckCheck,
 };
 use crate::clock::{self, now_us};
 use crate::options::{LockKind, Options, PERMITS, Setup};
-use crate::record::{SectionLine, WorkerLine};
+use crate::record::{ReleaseOutcome, Role, SectionLine, WorkerLine};
 use crate::resource::Resource;
 use crate::rng::Rng;
 use crate::worker::{PREFIX, WorkerConfig, deployment_spec};
@@ -99,7 +100,12 @@ enum Topo {
 impl Topo {
     fn start(setup: Setup) -> Topo {
         match setup {
-            Setup::Single | Setup::Eviction => Topo::Single(RedisServer::start()),
+            // `DEBUG SLEEP` stalls the server in the release-cut and
+            // try-lock faults.
+            Setup::Single | Setup::Eviction => Topo::Single(RedisServer::start_with(&[
+                "--enable-debug-command",
+                "local",
+            ])),
             Setup::Cluster => Topo::Cluster(RedisCluster::start(3, 1)),
             Setup::Sentinel { .. } => Topo::Sentinel(SentinelGroup::start(2, 3)),
             Setup::Redlock => Topo::Redlock(RedisServer::start_many(5)),
@@ -228,6 +234,15 @@ struct Run {
     unexpected_exits: u32,
     /// Keys Redis evicted (eviction faults).
     evictions: Vec<Evicted>,
+    /// The operator's client, connected to the single server directly: it
+    /// force-releases locks and takes them after a removal.
+    operator: Option<LockClient>,
+    /// Sections of the operator's client so far.
+    operator_seq: u64,
+    /// Locks removed from Redis while held.
+    removals: Vec<Removal>,
+    /// Dropped releases and try-locks that gave up.
+    stuck_checks: Vec<StuckCheck>,
 }
 
 /// Runs blocking work on the single Redis server (pause, restart, commands).
@@ -701,6 +716,17 @@ impl Run {
                 }
             }
             FaultKind::WorkerKill => self.kill_worker().await?,
+            FaultKind::ForceRelease | FaultKind::KeyDelete => self.remove_held(kind).await?,
+            FaultKind::ReleaseCut => {
+                let (detail, end) = self.release_cut().await?;
+                ended = end;
+                detail
+            }
+            FaultKind::TryLockStall => {
+                let (detail, end) = self.trylock_stall().await?;
+                ended = end;
+                detail
+            }
             topology => self.inject_topology(topology).await,
         };
         self.faults.push(Fault {
@@ -961,6 +987,346 @@ impl Run {
             held.as_millis(),
             pttl_ms.map_or("?".to_owned(), |p| format!("{p} ms"))
         ))
+    }
+
+    /// The operator's client: connected to the single server directly (not
+    /// through the proxy), with the workers' prefix and settings.
+    async fn connect_operator(&self) -> Result<LockClient, String> {
+        let url = with_redis(&self.redis, |r| r.url()).await?;
+        let options = &self.options;
+        LockClient::builder(url.as_str())
+            .name("operator")
+            .prefix(PREFIX)
+            .default_lease(options.lease)
+            .command_timeout(options.command_timeout)
+            .connect_timeout(options.command_timeout)
+            .restart_quarantine(options.quarantine())
+            .connect()
+            .await
+            .map_err(|err| format!("cannot connect the operator's client: {err}"))
+    }
+
+    /// A request of the operator's client for the lock `k<key>` alone, of
+    /// the run's kind, and its role (as the workers' probes take it).
+    fn operator_request(&self, key: u32) -> Option<(LockRequest, Role)> {
+        let client = self.operator.as_ref()?;
+        let name = format!("k{key}");
+        Some(match self.kind {
+            LockKind::Exclusive | LockKind::Multi => (client.lock(name), Role::Exclusive),
+            LockKind::Fair => (client.fair_lock(name), Role::Exclusive),
+            LockKind::Semaphore => (client.semaphore(name, PERMITS), Role::Permit),
+            LockKind::ReadWrite => (client.write_lock(name), Role::Exclusive),
+        })
+    }
+
+    /// Records a section of the operator's client (worker [`OPERATOR`]).
+    fn operator_section(&mut self, key: u32, role: Role, guard: &LockGuard, times: [i64; 3]) {
+        self.operator_seq += 1;
+        let [start, acquired, release] = times;
+        let valid_end = clock::instant_us(guard.valid_until());
+        let lost = guard.is_lost();
+        let line = SectionLine {
+            task: 0,
+            seq: self.operator_seq,
+            key,
+            role,
+            token: guard.fence(),
+            start,
+            acquired,
+            release,
+            told: lost.then_some(release),
+            reason: None,
+            valid_at_told: lost.then_some(valid_end),
+            valid_end: Some(valid_end),
+            parent: None,
+        };
+        lock(&self.collected).sections.push((OPERATOR, line));
+    }
+
+    /// Force-releases (`ForceRelease`) or deletes (`KeyDelete`) the lock of
+    /// a critical section while its body runs, then takes the lock with the
+    /// operator's client and holds it 10–60 ms. The holder, told to,
+    /// re-enters its lock 40–150 ms after its body began.
+    async fn remove_held(&mut self, kind: FaultKind) -> Result<String, String> {
+        let index = self.rng.below(self.workers.len() as u64) as usize;
+        let id = self.workers[index].id;
+        let delay = self.rng.range(40, 150);
+        let hold = Duration::from_millis(self.rng.range(10, 60));
+        self.drain_events();
+        self.order(index, &format!("REENTER {delay}")).await;
+        let limit = self.options.wait + Duration::from_secs(5);
+        let parked = self
+            .expect(id, limit, |l| matches!(l, WorkerLine::Reentering { .. }))
+            .await;
+        let Some(WorkerLine::Reentering { key, token, .. }) = parked else {
+            return Ok(format!("worker {id}: no critical section came"));
+        };
+        let name = format!("k{key}");
+        let removed = match kind {
+            FaultKind::ForceRelease => match &self.operator {
+                Some(operator) => operator
+                    .force_release(&name)
+                    .await
+                    .map_err(|err| err.to_string()),
+                None => Err("no operator client".to_owned()),
+            },
+            _ => {
+                let mut args = vec!["DEL".to_owned()];
+                args.extend(holder_keys(key));
+                match redis_cli(&self.redis, args).await {
+                    Some(n) => Ok(n.trim().parse::<u32>().unwrap_or(0) > 0),
+                    None => Err("DEL failed".to_owned()),
+                }
+            }
+        };
+        let at = now_us();
+        let how = if kind == FaultKind::ForceRelease {
+            "force_release"
+        } else {
+            "DEL"
+        };
+        let mut detail = format!("worker {id} holding k{key} (token {token}): {how} ");
+        match removed {
+            Ok(true) => {
+                self.removals.push(Removal { key, at, how: kind });
+                detail += "removed it";
+            }
+            Ok(false) => detail += "found nothing",
+            Err(err) => detail += &format!("failed ({err})"),
+        }
+        // The operator takes the lock while the holder goes on.
+        let Some((request, role)) = self.operator_request(key) else {
+            return Ok(detail);
+        };
+        let start = now_us();
+        match request.wait(Duration::from_millis(300)).acquire().await {
+            Ok(guard) => {
+                let acquired = now_us();
+                tokio::time::sleep(hold).await;
+                let release = now_us();
+                self.operator_section(key, role, &guard, [start, acquired, release]);
+                let released = guard.release().await;
+                detail += &format!(
+                    "; the operator took it {} ms later (token {}) and held it {} ms{}",
+                    (acquired - at) / 1000,
+                    self.operator_seq_token(),
+                    hold.as_millis(),
+                    if released.is_ok() {
+                        ""
+                    } else {
+                        " (its release failed)"
+                    }
+                );
+            }
+            Err(err) => detail += &format!("; the operator could not take it: {err}"),
+        }
+        // Let the holder re-enter and finish before the next fault.
+        tokio::time::sleep(Duration::from_millis(delay + 50)).await;
+        Ok(detail)
+    }
+
+    /// The token of the operator's last section.
+    fn operator_seq_token(&self) -> u64 {
+        lock(&self.collected)
+            .sections
+            .iter()
+            .rev()
+            .find(|(worker, _)| *worker == OPERATOR)
+            .map_or(0, |(_, s)| s.token)
+    }
+
+    /// Stalls the server for `d`: `DEBUG SLEEP` (`debug`) or the proxy
+    /// paused (black-holed); returns when the stall ended and how it was
+    /// made. Once the stall has begun, gives worker `index` the `order`.
+    async fn stall(
+        &mut self,
+        debug: bool,
+        d: Duration,
+        index: usize,
+        order: &str,
+    ) -> (i64, String) {
+        if debug {
+            let secs = format!("{:.3}", d.as_secs_f64());
+            let sleeping = {
+                let redis = self.redis.clone();
+                tokio::task::spawn_blocking(move || {
+                    let mut r = lock(&redis);
+                    r.single()
+                        .try_cli(&["DEBUG", "SLEEP", &secs], Duration::from_secs(5))
+                })
+            };
+            // Let the command reach the server first.
+            tokio::time::sleep(Duration::from_millis(3)).await;
+            self.order(index, order).await;
+            let reply = sleeping.await;
+            let end = now_us();
+            let how = match reply {
+                Ok(Ok(reply)) if reply.starts_with("OK") => "DEBUG SLEEP".to_owned(),
+                Ok(Ok(reply)) => format!("DEBUG SLEEP refused ({reply})"),
+                Ok(Err(err)) => format!("DEBUG SLEEP failed ({err})"),
+                Err(err) => format!("DEBUG SLEEP failed ({err})"),
+            };
+            (end, how)
+        } else {
+            let began = tokio::time::Instant::now();
+            self.proxies[0].blackhole(true);
+            self.order(index, order).await;
+            tokio::time::sleep_until(began + d).await;
+            self.proxies[0].blackhole(false);
+            (now_us(), "proxy paused".to_owned())
+        }
+    }
+
+    /// After a call that gave up on `k<key>` at `since`: the operator's
+    /// client (another client than the worker's) takes the lock, waiting up
+    /// to two leases, holds it 2 ms and releases it, so that someone wants
+    /// the lock while the checker measures how long it stays taken.
+    /// Returns when the lock was next taken by anyone after `since`.
+    async fn probe(&mut self, key: u32, since: i64) -> Option<i64> {
+        if let Some((request, role)) = self.operator_request(key) {
+            let start = now_us();
+            if let Ok(guard) = request.wait(self.options.lease * 2).acquire().await {
+                let acquired = now_us();
+                tokio::time::sleep(Duration::from_millis(2)).await;
+                self.operator_section(key, role, &guard, [start, acquired, now_us()]);
+                let _ = guard.release().await;
+            }
+        }
+        lock(&self.collected)
+            .sections
+            .iter()
+            .filter(|(_, s)| s.key == key && s.acquired > since && s.parent.is_none())
+            .map(|(_, s)| s.acquired)
+            .min()
+    }
+
+    /// Orders a worker's next release to run under a 0–20 ms timeout, in
+    /// 2 of 3 while the server is stalled 60–250 ms (the holder says when it
+    /// is about to release, the stall begins, then it is told to go on); if
+    /// it was dropped,
+    /// records when the lock should have been free and waits until it is
+    /// taken again (up to two leases). Returns the detail and when the
+    /// fault ended.
+    async fn release_cut(&mut self) -> Result<(String, Option<i64>), String> {
+        let index = self.rng.below(self.workers.len() as u64) as usize;
+        let id = self.workers[index].id;
+        let after = self.rng.range(0, 20);
+        let mode = self.rng.below(3);
+        let d = Duration::from_millis(self.rng.range(60, 250));
+        self.drain_events();
+        self.order(index, &format!("CUT {after}")).await;
+        let limit = self.options.wait + Duration::from_secs(3);
+        let releasing = self
+            .expect(id, limit, |l| matches!(l, WorkerLine::Releasing { .. }))
+            .await;
+        if releasing.is_none() {
+            return Ok((format!("worker {id}: no release came"), None));
+        }
+        let (stall_end, how) = match mode {
+            0 => {
+                self.order(index, "GO").await;
+                (None, "no stall".to_owned())
+            }
+            mode => {
+                let (end, how) = self.stall(mode == 1, d, index, "GO").await;
+                (Some(end), format!("{how} {} ms", d.as_millis()))
+            }
+        };
+        let cut = self
+            .expect(id, limit, |l| matches!(l, WorkerLine::ReleaseCut { .. }))
+            .await;
+        let Some(WorkerLine::ReleaseCut {
+            key, at, outcome, ..
+        }) = cut
+        else {
+            return Ok((format!("worker {id}: no release came ({how})"), stall_end));
+        };
+        let mut detail = format!("worker {id}, k{key}, timeout {after} ms, {how}: ");
+        match outcome {
+            Some(outcome) => {
+                let said = match outcome {
+                    ReleaseOutcome::Ok => "ok",
+                    ReleaseOutcome::Lost => "lost",
+                    ReleaseOutcome::Error => "an error",
+                };
+                detail += &format!("the release returned {said} in time");
+            }
+            None => {
+                let free_from = stall_end.map_or(at, |end| end.max(at));
+                self.stuck_checks.push(StuckCheck {
+                    key,
+                    what: FaultKind::ReleaseCut,
+                    gave_up: at,
+                    free_from,
+                });
+                let again = self.probe(key, at).await;
+                detail += &format!(
+                    "dropped; taken again {}",
+                    again.map_or("not within two leases".to_owned(), |t| format!(
+                        "{} ms after it should have been free",
+                        (t - free_from).max(0) / 1000
+                    ))
+                );
+            }
+        }
+        Ok((detail, stall_end))
+    }
+
+    /// Stalls the server 80–250 ms and orders a try-lock of a random lock
+    /// meanwhile: through the worker's client with the short command
+    /// timeout, or dropped by a 1–20 ms timeout. If it gave up, records
+    /// when the lock should have been free and waits until it is taken
+    /// again (up to two leases).
+    async fn trylock_stall(&mut self) -> Result<(String, Option<i64>), String> {
+        let index = self.rng.below(self.workers.len() as u64) as usize;
+        let id = self.workers[index].id;
+        let key = self.rng.below(u64::from(self.options.keys)) as u32;
+        let debug = self.rng.below(2) == 0;
+        let drop_after = if self.rng.below(2) == 0 {
+            0
+        } else {
+            self.rng.range(1, 20)
+        };
+        let d = Duration::from_millis(self.rng.range(80, 250));
+        self.drain_events();
+        let order = format!("TRY {key} {drop_after}");
+        let (stall_end, how) = self.stall(debug, d, index, &order).await;
+        let limit = self.options.wait + Duration::from_secs(3);
+        let tried = self
+            .expect(id, limit, |l| matches!(l, WorkerLine::TryLock { .. }))
+            .await;
+        let way = if drop_after == 0 {
+            format!(
+                "short command timeout ({} ms)",
+                crate::worker::SHORT_COMMAND_TIMEOUT.as_millis()
+            )
+        } else {
+            format!("dropped after {drop_after} ms")
+        };
+        let mut detail = format!("worker {id}, k{key}, {way}, {how} {} ms: ", d.as_millis());
+        let Some(WorkerLine::TryLock { at, outcome, .. }) = tried else {
+            detail += "no answer from the worker";
+            return Ok((detail, Some(stall_end)));
+        };
+        detail += &format!("{outcome:?}");
+        if outcome.gave_up() {
+            let free_from = stall_end.max(at);
+            self.stuck_checks.push(StuckCheck {
+                key,
+                what: FaultKind::TryLockStall,
+                gave_up: at,
+                free_from,
+            });
+            let again = self.probe(key, at).await;
+            detail += &format!(
+                "; taken again {}",
+                again.map_or("not within two leases".to_owned(), |t| format!(
+                    "{} ms after it should have been free",
+                    (t - free_from).max(0) / 1000
+                ))
+            );
+        }
+        Ok((detail, Some(stall_end)))
     }
 
     /// Injects a fault of a topology run; returns its detail (failures to
@@ -1306,12 +1672,26 @@ fn collect(
         }),
         WorkerLine::Cancelled { how, .. } => *c.history.cancelled.entry(*how).or_default() += 1,
         WorkerLine::Exit { held } => c.history.exits.push((worker, *held)),
-        WorkerLine::Parked { .. } => {}
+        WorkerLine::ReleaseCut { outcome, .. } => {
+            *c.history.cut_releases.entry(*outcome).or_default() += 1
+        }
+        WorkerLine::TryLock { outcome, .. } => {
+            *c.history.try_locks.entry(*outcome).or_default() += 1
+        }
+        WorkerLine::Parked { .. }
+        | WorkerLine::Reentering { .. }
+        | WorkerLine::Releasing { .. } => {}
     }
     drop(c);
     if matches!(
         line,
-        WorkerLine::Hello { .. } | WorkerLine::Stalled { .. } | WorkerLine::Parked { .. }
+        WorkerLine::Hello { .. }
+            | WorkerLine::Stalled { .. }
+            | WorkerLine::Parked { .. }
+            | WorkerLine::Reentering { .. }
+            | WorkerLine::Releasing { .. }
+            | WorkerLine::ReleaseCut { .. }
+            | WorkerLine::TryLock { .. }
     ) {
         let _ = events.send((worker, line));
     }
@@ -1509,7 +1889,15 @@ impl Run {
             crashes: Vec::new(),
             unexpected_exits: 0,
             evictions: Vec::new(),
+            operator: None,
+            operator_seq: 0,
+            removals: Vec::new(),
+            stuck_checks: Vec::new(),
         };
+        let mut run = run;
+        if setup == Setup::Single {
+            run.operator = Some(run.connect_operator().await?);
+        }
         Ok((run, redis_version))
     }
 
@@ -1548,7 +1936,7 @@ impl Run {
             self.reap().await?;
             let kind = plan.next();
             self.inject(kind).await?;
-            let gap = Duration::from_millis(self.rng.range(300, 1000));
+            let gap = Duration::from_millis(self.rng.range(200, 500));
             tokio::time::sleep(gap).await;
             if now_us() - last_report > 15_000_000 {
                 last_report = now_us();
@@ -1580,6 +1968,8 @@ impl Run {
         history.leftover = leftover;
         history.unexpected_exits = self.unexpected_exits;
         history.evictions = std::mem::take(&mut self.evictions);
+        history.removals = std::mem::take(&mut self.removals);
+        history.stuck_checks = std::mem::take(&mut self.stuck_checks);
         history.stopped_at = Some(stopped_at);
         history.sections = sections(&collected.sections, &history.writes, &self.deaths);
         (history, collected.garbled)

@@ -16,6 +16,9 @@ pub enum LossKind {
     Expired,
     /// Releasing found the lock already gone.
     AtRelease,
+    /// Re-entering it from inside its critical section found it gone or
+    /// held by another owner.
+    AtReentry,
     /// A reason this suite does not know.
     Other,
 }
@@ -26,6 +29,7 @@ impl LossKind {
             LossKind::NotHeld => "nh",
             LossKind::Expired => "ex",
             LossKind::AtRelease => "ar",
+            LossKind::AtReentry => "re",
             LossKind::Other => "ot",
         }
     }
@@ -35,6 +39,7 @@ impl LossKind {
             "nh" => LossKind::NotHeld,
             "ex" => LossKind::Expired,
             "ar" => LossKind::AtRelease,
+            "re" => LossKind::AtReentry,
             "ot" => LossKind::Other,
             _ => return None,
         })
@@ -46,6 +51,7 @@ impl LossKind {
             LossKind::NotHeld => "renewal found it gone (NotHeld)",
             LossKind::Expired => "validity deadline passed (Expired)",
             LossKind::AtRelease => "gone at release (NotHeldAtRelease)",
+            LossKind::AtReentry => "gone at a re-entry (NotHeldAtReentry)",
             LossKind::Other => "other",
         }
     }
@@ -163,6 +169,25 @@ pub enum ReleaseOutcome {
     Error,
 }
 
+impl ReleaseOutcome {
+    fn code(self) -> &'static str {
+        match self {
+            ReleaseOutcome::Ok => "ok",
+            ReleaseOutcome::Lost => "lost",
+            ReleaseOutcome::Error => "err",
+        }
+    }
+
+    fn from_code(code: &str) -> Option<ReleaseOutcome> {
+        Some(match code {
+            "ok" => ReleaseOutcome::Ok,
+            "lost" => ReleaseOutcome::Lost,
+            "err" => ReleaseOutcome::Error,
+            _ => return None,
+        })
+    }
+}
+
 /// How an acquisition was cancelled while it waited.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum CancelHow {
@@ -194,6 +219,46 @@ impl CancelHow {
             CancelHow::Timeout => "dropped by a `tokio::time::timeout`",
             CancelHow::Abort => "its task aborted",
         }
+    }
+}
+
+/// How a try-lock (`try_acquire()`, wait 0) made during a stall ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum TryOutcome {
+    /// It returned a guard.
+    Acquired,
+    /// It returned `None`: someone else held the lock.
+    Busy,
+    /// It returned an error (the command timed out on the stall).
+    Failed,
+    /// Its future was dropped by a `tokio::time::timeout` before it returned.
+    Dropped,
+}
+
+impl TryOutcome {
+    fn code(self) -> &'static str {
+        match self {
+            TryOutcome::Acquired => "acq",
+            TryOutcome::Busy => "busy",
+            TryOutcome::Failed => "err",
+            TryOutcome::Dropped => "drop",
+        }
+    }
+
+    fn from_code(code: &str) -> Option<TryOutcome> {
+        Some(match code {
+            "acq" => TryOutcome::Acquired,
+            "busy" => TryOutcome::Busy,
+            "err" => TryOutcome::Failed,
+            "drop" => TryOutcome::Dropped,
+            _ => return None,
+        })
+    }
+
+    /// Whether the try-lock gave up without knowing what the server did
+    /// with it: the lock may have been taken for nobody.
+    pub fn gave_up(self) -> bool {
+        matches!(self, TryOutcome::Failed | TryOutcome::Dropped)
     }
 }
 
@@ -283,6 +348,55 @@ pub enum WorkerLine {
         /// When it was cancelled.
         end: i64,
     },
+    /// `Q <task> <seq> <key> <token>`: a critical section waits, as ordered,
+    /// for its lock to be removed from Redis, then re-enters it (a nested
+    /// acquisition in its scope).
+    Reentering {
+        /// Task number.
+        task: u32,
+        /// Section number.
+        seq: u64,
+        /// Key index.
+        key: u32,
+        /// The fencing token it holds.
+        token: u64,
+    },
+    /// `L <task> <seq> <key>`: a holder is about to release, as ordered,
+    /// under a short timeout; it waits for the orchestrator's `GO` (up to
+    /// two seconds) so that the release meets the stall.
+    Releasing {
+        /// Task number.
+        task: u32,
+        /// Section number.
+        seq: u64,
+        /// Key index.
+        key: u32,
+    },
+    /// `R <task> <seq> <key> <at> <ok|lost|err|cut>`: a release run under a
+    /// short `tokio::time::timeout`, as ordered; `cut`: the future was
+    /// dropped before it returned (at `at`).
+    ReleaseCut {
+        /// Task number.
+        task: u32,
+        /// Section number.
+        seq: u64,
+        /// Key index.
+        key: u32,
+        /// When it returned or was dropped.
+        at: i64,
+        /// What it returned; `None` if it was dropped.
+        outcome: Option<ReleaseOutcome>,
+    },
+    /// `T <key> <at> <acq|busy|err|drop>`: a try-lock made during a stall, as
+    /// ordered, and how it ended (at `at`).
+    TryLock {
+        /// Key index.
+        key: u32,
+        /// When it ended.
+        at: i64,
+        /// How.
+        outcome: TryOutcome,
+    },
     /// `E <held>`: the worker's tasks have stopped; `LockClient::held()`
     /// then (locks its watchdog still renews: 0 unless a guard leaked).
     Exit {
@@ -324,12 +438,7 @@ impl fmt::Display for WorkerLine {
                 Opt(s.parent)
             ),
             WorkerLine::Released { task, seq, outcome } => {
-                let outcome = match outcome {
-                    ReleaseOutcome::Ok => "ok",
-                    ReleaseOutcome::Lost => "lost",
-                    ReleaseOutcome::Error => "err",
-                };
-                write!(f, "D {task} {seq} {outcome}")
+                write!(f, "D {task} {seq} {}", outcome.code())
             }
             WorkerLine::Failed {
                 task,
@@ -360,6 +469,29 @@ impl fmt::Display for WorkerLine {
                 start,
                 end,
             } => write!(f, "X {task} {key} {} {start} {end}", how.code()),
+            WorkerLine::Reentering {
+                task,
+                seq,
+                key,
+                token,
+            } => write!(f, "Q {task} {seq} {key} {token}"),
+            WorkerLine::Releasing { task, seq, key } => write!(f, "L {task} {seq} {key}"),
+            WorkerLine::ReleaseCut {
+                task,
+                seq,
+                key,
+                at,
+                outcome,
+            } => {
+                let outcome = match outcome {
+                    Some(outcome) => outcome.code(),
+                    None => "cut",
+                };
+                write!(f, "R {task} {seq} {key} {at} {outcome}")
+            }
+            WorkerLine::TryLock { key, at, outcome } => {
+                write!(f, "T {key} {at} {}", outcome.code())
+            }
             WorkerLine::Exit { held } => write!(f, "E {held}"),
         }
     }
@@ -417,12 +549,33 @@ impl WorkerLine {
             "D" => WorkerLine::Released {
                 task: f.next()?,
                 seq: f.next()?,
+                outcome: ReleaseOutcome::from_code(f.word()?)?,
+            },
+            "Q" => WorkerLine::Reentering {
+                task: f.next()?,
+                seq: f.next()?,
+                key: f.next()?,
+                token: f.next()?,
+            },
+            "L" => WorkerLine::Releasing {
+                task: f.next()?,
+                seq: f.next()?,
+                key: f.next()?,
+            },
+            "R" => WorkerLine::ReleaseCut {
+                task: f.next()?,
+                seq: f.next()?,
+                key: f.next()?,
+                at: f.next()?,
                 outcome: match f.word()? {
-                    "ok" => ReleaseOutcome::Ok,
-                    "lost" => ReleaseOutcome::Lost,
-                    "err" => ReleaseOutcome::Error,
-                    _ => return None,
+                    "cut" => None,
+                    code => Some(ReleaseOutcome::from_code(code)?),
                 },
+            },
+            "T" => WorkerLine::TryLock {
+                key: f.next()?,
+                at: f.next()?,
+                outcome: TryOutcome::from_code(f.word()?)?,
             },
             "F" => WorkerLine::Failed {
                 task: f.next()?,

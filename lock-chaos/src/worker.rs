@@ -37,7 +37,7 @@ use tokio::time::Instant;
 use crate::clock::{self, now_us};
 use crate::options::{LockKind, PERMITS};
 use crate::record::{
-    Call, CancelHow, FailKind, LossKind, ReleaseOutcome, Role, SectionLine, WorkerLine,
+    Call, CancelHow, FailKind, LossKind, ReleaseOutcome, Role, SectionLine, TryOutcome, WorkerLine,
     WriteRequest,
 };
 use crate::resource::Writer;
@@ -188,6 +188,30 @@ struct Shared {
     locked_calls: AtomicU32,
     /// A stall waits for the locked calls to end: start no new ones.
     stall_pending: AtomicBool,
+    /// The next critical section waits this long (ms) for its lock to be
+    /// removed, then re-enters it (0: none ordered).
+    reenter_ms: AtomicU64,
+    /// The next release runs under a timeout of this many ms, minus one
+    /// (0: none ordered).
+    cut_ms: AtomicU64,
+    /// The orchestrator's `GO`: the stall a cut release waits for has begun.
+    go: tokio::sync::Notify,
+    /// Section numbers of the orchestrated task ([`WorkerConfig::tasks`]):
+    /// the try-locks that got the lock.
+    extra_seq: AtomicU64,
+}
+
+/// The command timeout of the worker's second client, which makes the
+/// try-locks ordered during a stall (shorter than the stall).
+pub const SHORT_COMMAND_TIMEOUT: Duration = Duration::from_millis(40);
+
+/// What the orders and the orchestrated task need.
+struct Ctx {
+    config: WorkerConfig,
+    client: LockClient,
+    /// A client whose command timeout is [`SHORT_COMMAND_TIMEOUT`].
+    short: LockClient,
+    shared: Arc<Shared>,
 }
 
 /// Prints one line on stdout at once.
@@ -213,6 +237,10 @@ pub fn run(config: WorkerConfig) -> std::process::ExitCode {
 }
 
 async fn connect(config: &WorkerConfig) -> LockClient {
+    connect_with(config, config.command_timeout).await
+}
+
+async fn connect_with(config: &WorkerConfig, command_timeout: Duration) -> LockClient {
     loop {
         let mut builder = LockClient::builder(parse_deployment(&config.url));
         if config.min_replicas > 0 {
@@ -225,7 +253,7 @@ async fn connect(config: &WorkerConfig) -> LockClient {
             .prefix(PREFIX)
             .default_lease(config.lease)
             .default_wait(config.wait)
-            .command_timeout(config.command_timeout)
+            .command_timeout(command_timeout)
             .connect_timeout(config.command_timeout)
             .restart_quarantine(config.restart_quarantine)
             .strict_restart_quarantine(config.strict_quarantine)
@@ -241,20 +269,21 @@ async fn connect(config: &WorkerConfig) -> LockClient {
 async fn main(config: WorkerConfig) -> std::process::ExitCode {
     let shared = Arc::new(Shared::default());
     let client = connect(&config).await;
+    let short = connect_with(&config, SHORT_COMMAND_TIMEOUT).await;
     emit(WorkerLine::Hello {
         client: client.id().to_string(),
     });
-    tokio::spawn(orders(shared.clone()));
+    let ctx = Arc::new(Ctx {
+        config: config.clone(),
+        client: client.clone(),
+        short,
+        shared: shared.clone(),
+    });
+    tokio::spawn(orders(ctx.clone()));
     let tasks: Vec<_> = (0..config.tasks)
         .map(|task| {
             let rng = Rng::new(config.seed, (u64::from(config.id) << 16) | u64::from(task));
-            tokio::spawn(task_loop(
-                config.clone(),
-                client.clone(),
-                shared.clone(),
-                task,
-                rng,
-            ))
+            tokio::spawn(task_loop(ctx.clone(), task, rng))
         })
         .collect();
     for task in tasks {
@@ -266,20 +295,110 @@ async fn main(config: WorkerConfig) -> std::process::ExitCode {
     std::process::ExitCode::SUCCESS
 }
 
-/// Reads orders from stdin: `STALL <ms>`, `PARK`, `STOP`. A closed stdin
-/// (the orchestrator is gone) stops the worker too.
-async fn orders(shared: Arc<Shared>) {
+/// Reads orders from stdin: `STALL <ms>`, `PARK`, `REENTER <ms>`, `CUT
+/// <ms>`, `GO`, `TRY <key> <ms>`, `STOP`. A closed stdin (the orchestrator is
+/// gone) stops the worker too.
+async fn orders(ctx: Arc<Ctx>) {
+    let shared = &ctx.shared;
     let mut lines = tokio::io::BufReader::new(tokio::io::stdin()).lines();
     while let Ok(Some(line)) = lines.next_line().await {
         let mut words = line.split_whitespace();
-        match (words.next(), words.next().and_then(|w| w.parse().ok())) {
+        let word = words.next();
+        let mut number = || words.next().and_then(|w| w.parse::<u64>().ok());
+        match (word, number()) {
             (Some("STALL"), Some(ms)) => shared.stall_ms.store(ms, Ordering::SeqCst),
             (Some("PARK"), _) => shared.park.store(true, Ordering::SeqCst),
+            (Some("REENTER"), Some(ms)) => shared.reenter_ms.store(ms.max(1), Ordering::SeqCst),
+            (Some("CUT"), Some(ms)) => shared.cut_ms.store(ms + 1, Ordering::SeqCst),
+            (Some("GO"), _) => shared.go.notify_one(),
+            (Some("TRY"), Some(key)) => {
+                let drop_after = number().unwrap_or(0);
+                tokio::spawn(try_lock(ctx.clone(), key as u32, drop_after));
+            }
             (Some("STOP"), _) => break,
             _ => {}
         }
     }
     shared.stop.store(true, Ordering::SeqCst);
+}
+
+/// A request for the lock `k<key>` alone, of the run's kind (a multi-key
+/// run takes `lock(k)`, a read-write run the write side), and its role.
+fn single_request(config: &WorkerConfig, client: &LockClient, key: u32) -> (LockRequest, Role) {
+    let name = format!("k{key}");
+    match config.kind {
+        LockKind::Exclusive | LockKind::Multi => (client.lock(name), Role::Exclusive),
+        LockKind::Fair => (client.fair_lock(name), Role::Exclusive),
+        LockKind::Semaphore => (client.semaphore(name, PERMITS), Role::Permit),
+        LockKind::ReadWrite => (client.write_lock(name), Role::Exclusive),
+    }
+}
+
+/// Reports a section of the orchestrated task (number `config.tasks`): the
+/// guard's keys, held from `acquired` until now; then releases it.
+async fn extra_section(ctx: &Ctx, guard: LockGuard, role: Role, start: i64, acquired: i64) {
+    let seq = ctx.shared.extra_seq.fetch_add(1, Ordering::SeqCst) + 1;
+    let task = ctx.config.tasks;
+    tokio::time::sleep(Duration::from_millis(2)).await;
+    let release = now_us();
+    let valid_end = clock::instant_us(guard.valid_until());
+    let lost = guard.is_lost();
+    for lock in guard.fences() {
+        let key = lock.key.strip_prefix('k').and_then(|k| k.parse().ok());
+        emit(WorkerLine::Section(SectionLine {
+            task,
+            seq,
+            key: key.unwrap_or(0),
+            role,
+            token: lock.fence,
+            start,
+            acquired,
+            release,
+            told: lost.then_some(release),
+            reason: lost.then(|| loss_kind(&guard)),
+            valid_at_told: lost.then_some(valid_end),
+            valid_end: Some(valid_end),
+            parent: None,
+        }));
+    }
+    let outcome = match guard.release().await {
+        Ok(()) => ReleaseOutcome::Ok,
+        Err(err) if err.is_lost() => ReleaseOutcome::Lost,
+        Err(_) => ReleaseOutcome::Error,
+    };
+    emit(WorkerLine::Released { task, seq, outcome });
+}
+
+/// A try-lock of `k<key>` ordered during a stall: through the client with
+/// the short command timeout (`drop_after` 0), or dropped by a timeout of
+/// `drop_after` ms. Reports how it ended (the orchestrator then probes the
+/// lock).
+async fn try_lock(ctx: Arc<Ctx>, key: u32, drop_after: u64) {
+    let client = if drop_after == 0 {
+        &ctx.short
+    } else {
+        &ctx.client
+    };
+    let (request, role) = single_request(&ctx.config, client, key);
+    let start = now_us();
+    let result = if drop_after == 0 {
+        Some(request.try_acquire().await)
+    } else {
+        tokio::time::timeout(Duration::from_millis(drop_after), request.try_acquire())
+            .await
+            .ok()
+    };
+    let at = now_us();
+    let (outcome, guard) = match result {
+        Some(Ok(Some(guard))) => (TryOutcome::Acquired, Some(guard)),
+        Some(Ok(None)) => (TryOutcome::Busy, None),
+        Some(Err(_)) => (TryOutcome::Failed, None),
+        None => (TryOutcome::Dropped, None),
+    };
+    emit(WorkerLine::TryLock { key, at, outcome });
+    if let Some(guard) = guard {
+        extra_section(&ctx, guard, role, start, at).await;
+    }
 }
 
 /// Runs `fut`, or gives up after `limit` plus whatever time this process
@@ -320,6 +439,8 @@ fn loss_reason(reason: LossReason) -> LossKind {
         LossReason::NotHeld => LossKind::NotHeld,
         LossReason::Expired => LossKind::Expired,
         LossReason::NotHeldAtRelease => LossKind::AtRelease,
+        // Named by its Debug form: not every version of the runtime has it.
+        other if format!("{other:?}") == "NotHeldAtReentry" => LossKind::AtReentry,
         _ => LossKind::Other,
     }
 }
@@ -340,6 +461,16 @@ enum NotAcquired {
     /// The watchdog gave up on it.
     Hung,
 }
+
+/// How long a short critical section holds its lock (ms, from..to).
+pub const SHORT_MS: (u64, u64) = (2, 20);
+
+/// One in this many critical sections holds its lock 0.5–2.5 leases.
+pub const LONG_ONE_IN: u64 = 50;
+
+/// A task pauses up to this long (ms) between a release and its next
+/// acquisition.
+pub const PAUSE_MS: u64 = 10;
 
 /// One in this many acquisitions is cancelled if it takes more than 1 to
 /// 150 ms.
@@ -503,13 +634,42 @@ fn fenced_keys(guard: &LockGuard, key: u32) -> Vec<(u32, u64)> {
 /// `false` if the release did not return within `limit` (reported as
 /// hung).
 async fn release_and_report(
-    shared: &Shared,
+    ctx: &Arc<Ctx>,
     guard: LockGuard,
     limit: Duration,
     task: u32,
     key: u32,
     seq: u64,
 ) -> bool {
+    let shared = &ctx.shared;
+    let cut = shared.cut_ms.swap(0, Ordering::SeqCst);
+    if cut > 0 {
+        // As ordered: once the stall has begun, the release under a short
+        // timeout, dropped if it does not return in time; then someone
+        // wants the lock.
+        emit(WorkerLine::Releasing { task, seq, key });
+        let _ = tokio::time::timeout(Duration::from_secs(2), shared.go.notified()).await;
+        let after = Duration::from_millis(cut - 1);
+        let result = tokio::time::timeout(after, guard.release()).await;
+        let at = now_us();
+        let outcome = match result {
+            Ok(Ok(())) => Some(ReleaseOutcome::Ok),
+            Ok(Err(err)) if err.is_lost() => Some(ReleaseOutcome::Lost),
+            Ok(Err(_)) => Some(ReleaseOutcome::Error),
+            Err(_) => None,
+        };
+        emit(WorkerLine::ReleaseCut {
+            task,
+            seq,
+            key,
+            at,
+            outcome,
+        });
+        if let Some(outcome) = outcome {
+            emit(WorkerLine::Released { task, seq, outcome });
+        }
+        return true;
+    }
     let outcome = match bounded(shared, limit, guard.release()).await {
         Some(Ok(())) => ReleaseOutcome::Ok,
         Some(Err(err)) if err.is_lost() => ReleaseOutcome::Lost,
@@ -532,13 +692,8 @@ async fn release_and_report(
 /// One task: takes a random lock over and over until told to stop, holds
 /// it for a critical section (sometimes with locked calls in it), reports
 /// the section and releases.
-async fn task_loop(
-    config: WorkerConfig,
-    client: LockClient,
-    shared: Arc<Shared>,
-    task: u32,
-    mut rng: Rng,
-) {
+async fn task_loop(ctx: Arc<Ctx>, task: u32, mut rng: Rng) {
+    let (config, client, shared) = (&ctx.config, &ctx.client, &ctx.shared);
     let mut writer = Writer::new(config.resource);
     // The writers of two locked calls joined inside a section.
     let mut joined = [Writer::new(config.resource), Writer::new(config.resource)];
@@ -552,9 +707,9 @@ async fn task_loop(
             role,
             cancel,
             calls_on,
-        } = Attempt::draw(&config, &client, &mut rng);
+        } = Attempt::draw(config, client, &mut rng);
         let start = now_us();
-        let (guard, acquired) = match take(&shared, request, acquire_limit, cancel).await {
+        let (guard, acquired) = match take(shared, request, acquire_limit, cancel).await {
             Ok(taken) => taken,
             Err(not) => {
                 report_not_acquired(not, task, key, start, acquire_limit, &mut rng).await;
@@ -564,7 +719,7 @@ async fn task_loop(
         seq += 1;
         let parts = fenced_keys(&guard, key);
         let mut section = Section {
-            config: &config,
+            config,
             guard: &guard,
             writer: &mut writer,
             task,
@@ -579,15 +734,15 @@ async fn task_loop(
         match calls_on {
             Some(other) if !shared.stall_pending.load(Ordering::SeqCst) => {
                 section
-                    .run_locked_calls(&shared, &client, other, &mut seq, &mut joined)
+                    .run_locked_calls(shared, client, other, &mut seq, &mut joined)
                     .await
             }
-            _ => section.run(&shared, &mut rng).await,
+            _ => section.run(shared, client, &mut seq, &mut rng).await,
         }
         section.report(start);
         let section_seq = section.seq;
-        if release_and_report(&shared, guard, release_limit, task, key, section_seq).await {
-            tokio::time::sleep(Duration::from_millis(rng.range(0, 20))).await;
+        if release_and_report(&ctx, guard, release_limit, task, key, section_seq).await {
+            tokio::time::sleep(Duration::from_millis(rng.range(0, PAUSE_MS))).await;
         }
     }
 }
@@ -916,7 +1071,115 @@ impl Section<'_> {
         }
     }
 
-    async fn run(&mut self, shared: &Shared, rng: &mut Rng) {
+    /// A critical section that, as ordered, waits `delay` for its lock to
+    /// be removed from Redis (the orchestrator force-releases or deletes it
+    /// once told, and takes it itself), then re-enters it: a nested
+    /// acquisition of the same lock of the same kind inside `guard.scope`,
+    /// as a `#[distributed_lock]` function called in the body makes. The
+    /// re-entry is a section of its own (number from `seq`) whose parent is
+    /// this one. A re-entry that fails as `Lost` tells this holder.
+    async fn reenter_after_removal(
+        &mut self,
+        shared: &Shared,
+        client: &LockClient,
+        seq: &mut u64,
+        delay: Duration,
+    ) {
+        let (key, token) = self.parts[0];
+        emit(WorkerLine::Reentering {
+            task: self.task,
+            seq: self.seq,
+            key,
+            token,
+        });
+        self.hold_for(delay).await;
+        if self.told.is_some() {
+            return;
+        }
+        let names: Vec<String> = self.parts.iter().map(|(k, _)| format!("k{k}")).collect();
+        let request = match (self.config.kind, self.role) {
+            (LockKind::Exclusive, _) => client.lock(&names[0]),
+            (LockKind::Fair, _) => client.fair_lock(&names[0]),
+            (LockKind::Semaphore, _) => client.semaphore(&names[0], PERMITS),
+            (LockKind::ReadWrite, Role::Read) => client.read_lock(&names[0]),
+            (LockKind::ReadWrite, _) => client.write_lock(&names[0]),
+            (LockKind::Multi, _) => client.lock_all(names),
+        };
+        *seq += 1;
+        let nested = *seq;
+        let start = now_us();
+        let work = async {
+            let inner = request.acquire().await?;
+            let acquired = now_us();
+            let fences = inner.fences();
+            tokio::time::sleep(Duration::from_millis(5)).await;
+            let end = now_us();
+            let released = inner.release().await;
+            Ok::<_, LockError>((acquired, fences, end, released))
+        };
+        let limit = self.config.wait + self.config.command_timeout + HANG_SLACK;
+        shared.locked_calls.fetch_add(1, Ordering::SeqCst);
+        let done = bounded(shared, limit, self.guard.scope(work)).await;
+        shared.locked_calls.fetch_sub(1, Ordering::SeqCst);
+        match done {
+            // The section's lock was lost while it re-entered.
+            Some(Err(_)) => self.notice(),
+            Some(Ok(Ok((acquired, fences, end, released)))) => {
+                for lock in fences {
+                    let index = lock.key.strip_prefix('k').and_then(|k| k.parse().ok());
+                    emit(WorkerLine::Section(SectionLine {
+                        task: self.task,
+                        seq: nested,
+                        key: index.unwrap_or(key),
+                        role: self.role,
+                        token: lock.fence,
+                        start,
+                        acquired,
+                        release: end,
+                        told: None,
+                        reason: None,
+                        valid_at_told: None,
+                        valid_end: None,
+                        parent: Some(self.seq),
+                    }));
+                }
+                let outcome = match released {
+                    Ok(()) => ReleaseOutcome::Ok,
+                    Err(err) if err.is_lost() => ReleaseOutcome::Lost,
+                    Err(_) => ReleaseOutcome::Error,
+                };
+                emit(WorkerLine::Released {
+                    task: self.task,
+                    seq: nested,
+                    outcome,
+                });
+            }
+            // The runtime said the lock is gone: this holder was told.
+            Some(Ok(Err(err))) if err.is_lost() => self.notice(),
+            Some(Ok(Err(err))) => emit(WorkerLine::Failed {
+                task: self.task,
+                key,
+                kind: fail_kind(&err),
+                start,
+                end: now_us(),
+            }),
+            None => emit(WorkerLine::Hung {
+                task: self.task,
+                key,
+                call: Call::Acquire,
+                start,
+                limit_ms: limit.as_millis() as u64,
+            }),
+        }
+        if self.told.is_none() {
+            self.write(false).await;
+        }
+        if self.told.is_none() && self.guard.is_lost() {
+            self.notice();
+        }
+    }
+
+    async fn run(&mut self, shared: &Shared, client: &LockClient, seq: &mut u64, rng: &mut Rng) {
         self.write(true).await;
         let stall = shared.stall_ms.swap(0, Ordering::SeqCst);
         if stall > 0 {
@@ -942,6 +1205,11 @@ impl Section<'_> {
             }
             return;
         }
+        let reenter = shared.reenter_ms.swap(0, Ordering::SeqCst);
+        if reenter > 0 && self.told.is_none() {
+            let delay = Duration::from_millis(reenter);
+            return self.reenter_after_removal(shared, client, seq, delay).await;
+        }
         if shared.park.swap(false, Ordering::SeqCst) {
             emit(WorkerLine::Parked {
                 task: self.task,
@@ -954,13 +1222,14 @@ impl Section<'_> {
             self.hold_for(self.config.lease * 3 + Duration::from_secs(2))
                 .await;
         } else {
-            // Mostly short sections; one in ten spans several renewals, so
-            // that faults catch holders in the middle of their work.
+            // Mostly short sections; one in LONG_ONE_IN spans several
+            // renewals, so that faults catch holders in the middle of
+            // their work.
             let lease = self.config.lease.as_millis() as u64;
-            let work = if rng.below(10) == 0 {
+            let work = if rng.below(LONG_ONE_IN) == 0 {
                 rng.range(lease / 2, lease * 5 / 2)
             } else {
-                rng.range(5, 60)
+                rng.range(SHORT_MS.0, SHORT_MS.1)
             };
             self.hold_for(Duration::from_millis(work)).await;
         }

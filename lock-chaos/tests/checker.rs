@@ -1,11 +1,13 @@
 //! The checker's definitions on hand-made histories.
 
 use lock_chaos::checker::{
-    CrashCheck, Evicted, Fault, FaultKind, History, Holder, Section, Stall, Write, analyze,
-    claim_end,
+    CrashCheck, Evicted, Fault, FaultKind, History, Holder, OPERATOR, Removal, Section, Stall,
+    StuckCheck, Write, analyze, claim_end,
 };
 use lock_chaos::options::{LockKind, Options, Parsed, parse, parse_duration};
-use lock_chaos::record::{CancelHow, LossKind, Role, SectionLine, WorkerLine, WriteRequest};
+use lock_chaos::record::{
+    CancelHow, LossKind, ReleaseOutcome, Role, SectionLine, TryOutcome, WorkerLine, WriteRequest,
+};
 use std::time::Duration;
 
 const LEASE: i64 = 1_000_000;
@@ -300,6 +302,31 @@ fn worker_lines_round_trip() {
             end: 6,
         },
         WorkerLine::Exit { held: 0 },
+        WorkerLine::Reentering {
+            task: 1,
+            seq: 7,
+            key: 3,
+            token: 44,
+        },
+        WorkerLine::ReleaseCut {
+            task: 1,
+            seq: 7,
+            key: 3,
+            at: 9,
+            outcome: None,
+        },
+        WorkerLine::ReleaseCut {
+            task: 1,
+            seq: 8,
+            key: 3,
+            at: 9,
+            outcome: Some(ReleaseOutcome::Lost),
+        },
+        WorkerLine::TryLock {
+            key: 2,
+            at: 10,
+            outcome: TryOutcome::Dropped,
+        },
     ];
     for line in lines {
         assert_eq!(WorkerLine::parse(&line.to_string()), Some(line));
@@ -708,4 +735,186 @@ fn workers_must_take_locks_again_after_a_black_hole() {
     assert_eq!((recovery.workers, recovery.back), (3, 2));
     assert_eq!(recovery.first_grant, Some(500));
     assert_eq!(recovery.slowest, Some(1_000));
+}
+
+// Locks removed from Redis while held (force-release, DEL).
+
+/// A removal of k0 at `at`.
+fn removal(at: i64) -> Removal {
+    Removal {
+        key: 0,
+        at,
+        how: FaultKind::ForceRelease,
+    }
+}
+
+/// A section of the operator's client on k0.
+fn operator(seq: u64, token: u64, acquired: i64, end: i64) -> Section {
+    Section {
+        holder: Holder {
+            worker: OPERATOR,
+            task: 0,
+            seq,
+        },
+        ..section(9, token, acquired, end)
+    }
+}
+
+#[test]
+fn a_force_released_holder_that_nobody_followed_is_no_violation() {
+    // w1 holds k0 from 0 to 200 ms, untold; its lock is removed at 50 ms
+    // and nobody takes it before w2 at 300 ms.
+    let mut h = history(vec![
+        section(1, 1, 0, 200_000),
+        section(2, 2, 300_000, 400_000),
+    ]);
+    h.removals.push(removal(50_000));
+    let figures = analyze(&h);
+    assert!(figures.is_safe(), "{figures:?}");
+    assert_eq!(figures.removed_held, 1);
+    assert!(figures.removed_overlaps.is_empty());
+
+    // Even when it goes on untold for longer than half a lease, and even
+    // when a re-entry took the lock afresh (a new token): nobody else held it.
+    let mut h = history(vec![
+        section(1, 1, 0, 900_000),
+        call(2, 1, 0, 5, 100_000, 110_000),
+        section(2, 6, 1_000_000, 1_100_000),
+    ]);
+    h.removals.push(removal(50_000));
+    let figures = analyze(&h);
+    assert!(figures.is_safe(), "{figures:?}");
+    assert_eq!(figures.regranted, 1);
+}
+
+#[test]
+fn a_force_released_holder_told_in_time_overlaps_apart() {
+    // Removed at 50 ms; the operator takes k0 at 52 ms and holds it 30 ms;
+    // w1 is told at its next renewal (300 ms), within half a lease.
+    let mut first = section(1, 1, 0, 400_000);
+    first.told = Some(300_000);
+    first.reason = Some(LossKind::NotHeld);
+    first.valid_at_told = Some(900_000);
+    let mut h = history(vec![first.clone(), operator(1, 2, 52_000, 82_000)]);
+    h.removals.push(removal(50_000));
+    let figures = analyze(&h);
+    assert!(figures.is_safe(), "{figures:?}");
+    assert_eq!(figures.removed_overlaps.len(), 1);
+    assert_eq!(figures.removed_overlaps[0].first, holder(1, 1));
+
+    // Stopped (began releasing) untold within half a lease: the same.
+    let mut h = history(vec![
+        section(1, 1, 0, 90_000),
+        operator(1, 2, 52_000, 82_000),
+    ]);
+    h.removals.push(removal(50_000));
+    let figures = analyze(&h);
+    assert!(figures.is_safe(), "{figures:?}");
+    assert_eq!(figures.removed_overlaps.len(), 1);
+
+    // Told only after half a lease: the runtime missed its renewal's news.
+    first.told = Some(700_000);
+    first.end = 800_000;
+    let mut h = history(vec![first, operator(1, 2, 52_000, 82_000)]);
+    h.removals.push(removal(50_000));
+    let figures = analyze(&h);
+    assert_eq!(figures.unwarned_overlaps.len(), 1);
+    assert!(figures.removed_overlaps.is_empty());
+}
+
+#[test]
+fn a_reentry_granted_after_another_held_the_removed_lock_is_an_overlap() {
+    // w1 (token 1) holds k0; removed at 50 ms; the operator holds k0 from
+    // 52 to 82 ms (token 2); w1 re-enters at 120 ms and is granted k0
+    // afresh (token 3) instead of being told: it believes it held k0 all
+    // along while the operator held it.
+    let mut h = history(vec![
+        section(1, 1, 0, 200_000),
+        call(2, 1, 0, 3, 120_000, 125_000),
+        operator(1, 2, 52_000, 82_000),
+    ]);
+    h.removals.push(removal(50_000));
+    let figures = analyze(&h);
+    assert_eq!(figures.unwarned_overlaps.len(), 1, "{figures:?}");
+    let overlap = &figures.unwarned_overlaps[0];
+    assert_eq!(overlap.first, holder(1, 1));
+    assert_eq!(overlap.second.worker, OPERATOR);
+    assert_eq!(figures.regranted, 1);
+    assert!(!figures.is_safe());
+
+    // The re-entry failed as Lost and told the holder at 120 ms: apart.
+    let mut told = section(1, 1, 0, 200_000);
+    told.told = Some(120_000);
+    told.reason = Some(LossKind::AtReentry);
+    told.valid_at_told = Some(900_000);
+    let mut h = history(vec![told, operator(1, 2, 52_000, 82_000)]);
+    h.removals.push(removal(50_000));
+    let figures = analyze(&h);
+    assert!(figures.is_safe(), "{figures:?}");
+    assert_eq!(figures.removed_overlaps.len(), 1);
+}
+
+// Locks left taken by nobody after a dropped release or a failed try-lock.
+
+fn stuck_check(what: FaultKind, gave_up: i64, free_from: i64) -> StuckCheck {
+    StuckCheck {
+        key: 0,
+        what,
+        gave_up,
+        free_from,
+    }
+}
+
+#[test]
+fn a_lock_taken_by_nobody_for_over_half_a_lease_is_stuck() {
+    // w1's release was dropped at 100 ms during a stall that ended at
+    // 250 ms; the probe got k0 only at 1 100 ms (the lease ran out).
+    let mut h = history(vec![
+        section(1, 1, 0, 99_000),
+        section(2, 2, 1_100_000, 1_110_000),
+    ]);
+    h.stuck_checks
+        .push(stuck_check(FaultKind::ReleaseCut, 100_000, 250_000));
+    h.stopped_at = Some(5_000_000);
+    let figures = analyze(&h);
+    assert_eq!(figures.stuck_locks, 1);
+    assert_eq!(figures.stuck[0].stuck_us, 850_000);
+    assert!(!figures.is_safe());
+
+    // Taken 40 ms after the stall: fine.
+    let mut h = history(vec![
+        section(1, 1, 0, 99_000),
+        section(2, 2, 290_000, 300_000),
+    ]);
+    h.stuck_checks
+        .push(stuck_check(FaultKind::ReleaseCut, 100_000, 250_000));
+    let figures = analyze(&h);
+    assert!(figures.is_safe(), "{figures:?}");
+    assert_eq!(figures.stuck[0].stuck_us, 40_000);
+
+    // Never taken again before the run stopped.
+    let mut h = history(vec![]);
+    h.stuck_checks
+        .push(stuck_check(FaultKind::TryLockStall, 100_000, 250_000));
+    h.stopped_at = Some(3_000_000);
+    let figures = analyze(&h);
+    assert_eq!(figures.stuck_locks, 1);
+    assert_eq!(figures.stuck[0].next, None);
+}
+
+#[test]
+fn a_lock_someone_held_is_not_stuck() {
+    // A try-lock gave up at 100 ms on k0, which w3 held (a long section)
+    // until 1 200 ms; the probe took it at 1 210 ms: taken by nobody for
+    // 10 ms only.
+    let mut h = history(vec![
+        section(3, 1, 0, 1_200_000),
+        section(2, 2, 1_210_000, 1_220_000),
+    ]);
+    h.stuck_checks
+        .push(stuck_check(FaultKind::TryLockStall, 100_000, 250_000));
+    let figures = analyze(&h);
+    assert!(figures.is_safe(), "{figures:?}");
+    assert_eq!(figures.stuck[0].free_at, 1_200_000);
+    assert_eq!(figures.stuck[0].stuck_us, 10_000);
 }
