@@ -14,7 +14,7 @@ fn main() -> ExitCode {
         return run_worker(&args[1..]);
     }
     let options = match options::parse(&args) {
-        Ok(Parsed::Run(options)) => options,
+        Ok(Parsed::Run(options)) => *options,
         Ok(Parsed::Help) => {
             println!("{USAGE}");
             return ExitCode::SUCCESS;
@@ -103,7 +103,12 @@ fn run_one(
     };
     eprintln!(
         "lock-chaos: {label} locks: {} clients × {} tasks, {} keys, lease {:?}, faults for {:?} (seed {})",
-        options.clients, options.tasks, options.keys, options.lease, options.duration, options.seed
+        options.clients,
+        options.tasks,
+        options.keys,
+        options.lease,
+        options.faults_for(setup),
+        options.seed
     );
     let t0 = clock::now_us();
     let running = orchestrator::run(options, kind, setup, skip);

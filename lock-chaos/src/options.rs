@@ -263,8 +263,11 @@ OPTIONS:
     --kind <LIST>          comma-separated kinds of lock, one run each (default
                            exclusive; every kind with --ci): exclusive, multi,
                            semaphore, rw, fair; `all` names every kind
-    --duration <D>         how long to inject faults, per kind (default 300s;
-                           12s with --ci)
+    --duration <D>         how long to inject faults, per kind on one server
+                           (default 300s; 12s with --ci)
+    --topology-duration <D>
+                           how long to inject faults in each topology run
+                           (default 90s; --duration when that alone is given)
     --clients <N>          client processes (default 4)
     --tasks <N>            tasks per client process (default 8)
     --keys <N>             lock names the tasks contend for (default 16)
@@ -308,8 +311,11 @@ without min_replicas, eviction), 2 when the run could not be carried out.";
 /// What to run.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Options {
-    /// How long faults are injected.
+    /// How long faults are injected, per kind of lock on one server.
     pub duration: Duration,
+    /// How long faults are injected in each run of another topology than
+    /// a single server (Cluster, Sentinel, Redlock, eviction).
+    pub topology_duration: Duration,
     /// Client processes.
     pub clients: u32,
     /// Tasks per client process.
@@ -344,6 +350,7 @@ impl Default for Options {
     fn default() -> Self {
         Options {
             duration: Duration::from_secs(300),
+            topology_duration: Duration::from_secs(90),
             clients: 4,
             tasks: 8,
             keys: 16,
@@ -366,7 +373,7 @@ impl Default for Options {
 #[derive(Debug, Clone, PartialEq)]
 pub enum Parsed {
     /// Run with these options.
-    Run(Options),
+    Run(Box<Options>),
     /// Print the usage.
     Help,
 }
@@ -406,6 +413,7 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
 pub fn parse(args: &[String]) -> Result<Parsed, String> {
     let mut options = Options::default();
     let mut duration = None;
+    let mut topology_duration = None;
     let mut kinds = None;
     let mut topologies = None;
     let mut args = args.iter();
@@ -434,6 +442,7 @@ pub fn parse(args: &[String]) -> Result<Parsed, String> {
             "--strict-quarantine" => options.strict_quarantine = true,
             "--restart-quarantine" => options.restart_quarantine = Some(parse_duration(&value()?)?),
             "--duration" => duration = Some(parse_duration(&value()?)?),
+            "--topology-duration" => topology_duration = Some(parse_duration(&value()?)?),
             "--clients" => options.clients = count(value()?)?,
             "--tasks" => options.tasks = count(value()?)?,
             "--keys" => options.keys = count(value()?)?,
@@ -499,6 +508,13 @@ pub fn parse(args: &[String]) -> Result<Parsed, String> {
     } else {
         options.duration
     });
+    // A topology run lasts as long as a kind's run with --ci or when
+    // --duration alone is given; otherwise its own default.
+    options.topology_duration = topology_duration.unwrap_or(if options.ci || duration.is_some() {
+        options.duration
+    } else {
+        options.topology_duration
+    });
     options.kinds = kinds.unwrap_or_else(|| options.default_kinds());
     options.topologies = topologies.unwrap_or_else(|| options.default_topologies());
     if options.kinds.contains(&LockKind::Multi) && options.keys < 2 {
@@ -510,7 +526,7 @@ pub fn parse(args: &[String]) -> Result<Parsed, String> {
     if options.command_timeout.is_zero() {
         return Err("`--command-timeout` must be longer than 0".into());
     }
-    Ok(Parsed::Run(options))
+    Ok(Parsed::Run(Box::new(options)))
 }
 
 impl Options {
@@ -535,6 +551,15 @@ impl Options {
     /// Every run's setup, in order.
     pub fn setups(&self) -> Vec<Setup> {
         self.topologies.iter().flat_map(|t| t.setups()).collect()
+    }
+
+    /// How long faults are injected in a run of `setup`.
+    pub fn faults_for(&self, setup: Setup) -> Duration {
+        if setup == Setup::Single {
+            self.duration
+        } else {
+            self.topology_duration
+        }
     }
 
     /// The clients' restart quarantine.
@@ -588,6 +613,19 @@ impl Options {
             topologies(&self.default_topologies()),
         );
         flag("duration", d(self.duration), d(default_duration));
+        // Only runs of other topologies than one server have it.
+        let default_topology_duration = if self.topologies.iter().all(|t| *t == Topology::Single) {
+            self.topology_duration
+        } else if self.ci || self.duration != default_duration {
+            self.duration
+        } else {
+            defaults.topology_duration
+        };
+        flag(
+            "topology-duration",
+            d(self.topology_duration),
+            d(default_topology_duration),
+        );
         flag(
             "clients",
             self.clients.to_string(),

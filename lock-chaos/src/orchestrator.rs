@@ -1928,7 +1928,7 @@ impl Run {
     /// its end), replacing workers that exited; progress on stderr every
     /// 15 s (`started`: when the run started).
     async fn inject_faults(&mut self, plan: &mut Plan, started: i64) -> Result<(), String> {
-        let faults_end = now_us() + clock::micros(self.options.duration);
+        let faults_end = now_us() + clock::micros(self.options.faults_for(self.setup));
         // The longest fault takes about this long; none starts that close to the end.
         let longest = clock::micros(self.options.lease * 4 + self.options.wait);
         let mut last_report = now_us();

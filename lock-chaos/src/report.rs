@@ -411,7 +411,7 @@ fn run_summary(w: &mut String, options: &Options, run: &KindRun) {
             ""
         },
         options.seed,
-        options.duration.as_secs(),
+        options.faults_for(run.setup).as_secs(),
         info.elapsed.as_secs_f64(),
         info.redis_version,
         std::thread::available_parallelism().map_or(0, |n| n.get()),

@@ -407,6 +407,35 @@ fn options_parse_and_reproduce() {
         options.command(),
         "cargo run --release -p lock-chaos -- --kind all"
     );
+    // Topology runs last 90 s unless said otherwise, or --duration alone
+    // is given; a single-server run has none.
+    let parsed = |args: &[&str]| {
+        let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+        let Ok(Parsed::Run(options)) = parse(&args) else {
+            panic!("parse failed");
+        };
+        options
+    };
+    let all = parsed(&["--kind", "all", "--topology", "all"]);
+    assert_eq!(all.duration, Duration::from_secs(300));
+    assert_eq!(all.topology_duration, Duration::from_secs(90));
+    assert_eq!(
+        all.command(),
+        "cargo run --release -p lock-chaos -- --kind all --topology all"
+    );
+    let short = parsed(&["--topology", "all", "--duration", "40s"]);
+    assert_eq!(short.topology_duration, Duration::from_secs(40));
+    assert_eq!(
+        short.command(),
+        "cargo run --release -p lock-chaos -- --topology all --duration 40s"
+    );
+    let own = parsed(&["--topology", "cluster", "--topology-duration", "20s"]);
+    assert_eq!(own.duration, Duration::from_secs(300));
+    assert_eq!(own.topology_duration, Duration::from_secs(20));
+    assert_eq!(
+        own.command(),
+        "cargo run --release -p lock-chaos -- --topology cluster --topology-duration 20s"
+    );
     assert_eq!(Options::default().kinds, [LockKind::Exclusive]);
     assert!(parse(&["--kind".into(), "nope".into()]).is_err());
     let multi_one_key: Vec<String> = ["--kind", "multi", "--keys", "1"]
