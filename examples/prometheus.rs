@@ -23,7 +23,7 @@
 //! lock_runtime_errors_total{kind="exclusive",operation="acquire",error="wrong_type"} 1
 //! # HELP lock_runtime_timeouts_total Lock acquisitions that gave up after waiting their whole wait
 //! # TYPE lock_runtime_timeouts_total counter
-//! lock_runtime_timeouts_total{kind="exclusive"} 1
+//! lock_runtime_timeouts_total{kind="exclusive",cause="held"} 1
 //! # HELP lock_runtime_released_total Locks released while held
 //! # TYPE lock_runtime_released_total counter
 //! lock_runtime_released_total{kind="exclusive"} 5
@@ -158,7 +158,7 @@ async fn main() -> Result<ExitCode, Box<dyn std::error::Error>> {
     let expected = [
         r#"lock_runtime_acquired_total{kind="exclusive"} 6"#,
         r#"lock_runtime_released_total{kind="exclusive"} 5"#,
-        r#"lock_runtime_timeouts_total{kind="exclusive"} 1"#,
+        r#"lock_runtime_timeouts_total{kind="exclusive",cause="held"} 1"#,
         r#"lock_runtime_lost_total{kind="exclusive",reason="not_held"} 1"#,
         r#"lock_runtime_errors_total{kind="exclusive",operation="acquire",error="wrong_type"} 1"#,
         r#"lock_runtime_locks_held{kind="exclusive"} 0"#,
