@@ -327,8 +327,8 @@ impl Registry {
             // is sent (see `renewed`): the first guard's kind stays. A
             // fixed lease is a bound on the whole hold (`lock_at_most`): a
             // nested fixed-lease call keeps the outer bound, never moves
-            // it (the acquire was sent with no lease to add, see
-            // `LockRequest::attempt`).
+            // it (its acquire asked to keep the lease as it is: the `k` of
+            // `Asking::ReentryKeepingLease` in `calls.rs`).
             if acquired.renewed {
                 timing.lease = timing.lease.max(acquired.lease);
                 timing.drift = timing.drift.max(acquired.drift);
