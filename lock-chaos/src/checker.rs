@@ -504,6 +504,9 @@ pub struct History {
     pub stopped_at: Option<i64>,
     /// Locks removed from Redis while held (force-released, deleted).
     pub removals: Vec<Removal>,
+    /// Where removals stand among the fencing tokens of their locks, for
+    /// those the orchestrator could read the fencing counter around.
+    pub removal_tokens: Vec<RemovalTokens>,
     /// Releases dropped midway and try-locks that gave up, each followed
     /// by a look at how long the lock stayed taken.
     pub stuck_checks: Vec<StuckCheck>,
@@ -523,6 +526,36 @@ pub struct Removal {
     pub at: i64,
     /// How ([`FaultKind::ForceRelease`] or [`FaultKind::KeyDelete`]).
     pub how: FaultKind,
+}
+
+/// Where a [`Removal`] stands among the fencing tokens of its lock, which
+/// orders it with the grants in Redis whatever the clients' replies did:
+/// every grant draws its token from the fencing counter of the lock's slot
+/// in the script that grants it, and the counter only grows. So a grant
+/// Redis ordered before the removal has a token at most the counter's value
+/// at the removal, and one ordered after it a greater token.
+///
+/// A `DEL` reads the counter in the script that deletes (`before` =
+/// `after`, exact); `force_release` cannot, so the counter is read just
+/// before it and, with the holders Redis has (every one of them granted
+/// after the removal, which left none), just after it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RemovalTokens {
+    /// Key index (the removal's).
+    pub key: u32,
+    /// The removal's `at`.
+    pub at: i64,
+    /// Every token up to this one was granted before the removal (the
+    /// counter before it; 0 when it could not be read).
+    pub before: u64,
+    /// Every token above this one was granted after the removal (the
+    /// counter after it).
+    pub after: u64,
+    /// Tokens of the holders of the lock in Redis when `after` was read:
+    /// granted after the removal.
+    pub holding: Vec<u64>,
+    /// When the read of `after` returned (`at` for a `DEL`).
+    pub checked: i64,
 }
 
 /// A release dropped midway or a try-lock that gave up on the lock `key`:
@@ -966,7 +999,8 @@ fn conflicts(a: Role, b: Role) -> bool {
 type Open<'a> = (&'a Section, i64, i64, bool);
 
 /// Per section (holder and key) whose lock was removed from Redis while it
-/// held it: when, if the removal ends its unwarned interval. It does when
+/// held it (granted before the removal: see [`removed_before`]): when, if
+/// the removal ends its unwarned interval. It does when
 /// the holder was told or stopped within [`removal_notice_us`] of the
 /// removal and no re-entry of it was granted after the removal: a holder
 /// cannot know of a removal before its next renewal, and the operator took
@@ -1007,11 +1041,9 @@ fn removal_cuts(
     for sections in by_key.values() {
         for &section in sections {
             let end = claim_end(section, &history.stalls);
-            let Some(removal) = history
-                .removals
-                .iter()
-                .find(|r| r.key == section.key && section.acquired <= r.at && r.at < end)
-            else {
+            let Some(removal) = history.removals.iter().find(|r| {
+                r.key == section.key && r.at < end && removed_before(history, r, section)
+            }) else {
                 continue;
             };
             hit.insert((removal.key, removal.at));
@@ -1025,6 +1057,36 @@ fn removal_cuts(
     }
     figures.removed_held = hit.len();
     cuts
+}
+
+/// Whether Redis granted `section` before `removal`, so that the removal
+/// took its lock away: judged by its token where the removal's place among
+/// the tokens is known ([`RemovalTokens`]), not by when the reply reached
+/// the holder, which may be after the removal for a grant before it, or
+/// before the removal's own reply for a grant after it. A token up to
+/// `before` was granted before; one above `after`, or of a holder Redis had
+/// after the removal, after. In between (granted while `force_release` was
+/// on its way), a section not in Redis after the removal was granted
+/// before it if it had not begun to release by the time that was read: a
+/// grant after the removal would still have been there. One that had may
+/// have been either, and is not taken as cut (its interval ends by then).
+/// Without tokens, by the time `acquire()` returned.
+fn removed_before(history: &History, removal: &Removal, section: &Section) -> bool {
+    let Some(order) = history
+        .removal_tokens
+        .iter()
+        .find(|t| t.key == removal.key && t.at == removal.at)
+    else {
+        return section.acquired <= removal.at;
+    };
+    let token = section.token;
+    if token <= order.before {
+        true
+    } else if token > order.after || order.holding.contains(&token) {
+        false
+    } else {
+        section.raw_end() >= order.checked
+    }
 }
 
 /// How long each lock stayed taken by nobody after a release dropped
@@ -1414,5 +1476,180 @@ fn arrivals(by_key: &BTreeMap<u32, Vec<&Section>>, figures: &mut Figures) {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const LEASE: i64 = 1_000_000;
+
+    /// A section of worker `worker` on k0 with token `token`, held from
+    /// `acquired` to `end` (µs), untold.
+    fn held(worker: u32, role: Role, token: u64, acquired: i64, end: i64) -> Section {
+        Section {
+            holder: Holder {
+                worker,
+                task: 0,
+                seq: token,
+            },
+            key: 0,
+            role,
+            token,
+            start: Some(acquired - 10),
+            acquired,
+            end,
+            killed: false,
+            told: None,
+            reason: None,
+            valid_at_told: None,
+            valid_end: Some(end + 500_000),
+            parent: None,
+        }
+    }
+
+    /// Told at `told` that a renewal found its lock gone.
+    fn told(mut section: Section, told: i64) -> Section {
+        section.told = Some(told);
+        section.reason = Some(LossKind::NotHeld);
+        section.valid_at_told = Some(told + 600_000);
+        section
+    }
+
+    /// A history of `sections` on k0, removed at 50 ms; `tokens` places the
+    /// removal among the tokens: (before, after, holding, checked).
+    fn removed(sections: Vec<Section>, tokens: Option<(u64, u64, Vec<u64>, i64)>) -> History {
+        let at = 50_000;
+        History {
+            lease_us: LEASE,
+            permits: 2,
+            sections,
+            removals: vec![Removal {
+                key: 0,
+                at,
+                how: FaultKind::ForceRelease,
+            }],
+            removal_tokens: tokens
+                .into_iter()
+                .map(|(before, after, holding, checked)| RemovalTokens {
+                    key: 0,
+                    at,
+                    before,
+                    after,
+                    holding,
+                    checked,
+                })
+                .collect(),
+            ..History::default()
+        }
+    }
+
+    #[test]
+    fn a_co_holder_granted_before_a_removal_but_answered_after_it_was_cut_by_it() {
+        // Read-write: w1 and w2 read k0 (tokens 10 and 11); a DEL at 50 ms
+        // reads the counter at 11: w2 was granted before it, though its
+        // reply came at 52 ms. The operator writes from 60 to 90 ms (token
+        // 12); both readers are told at their next renewal (200 ms).
+        let sections = || {
+            vec![
+                told(held(1, Role::Read, 10, 0, 300_000), 200_000),
+                told(held(2, Role::Read, 11, 52_000, 300_000), 200_000),
+                held(OPERATOR, Role::Exclusive, 12, 60_000, 90_000),
+            ]
+        };
+        let figures = analyze(&removed(sections(), Some((11, 11, vec![], 50_000))));
+        assert!(figures.is_safe(), "{figures:?}");
+        assert_eq!(figures.removed_overlaps.len(), 2);
+        assert_eq!(figures.removed_held, 1);
+        // By the time replies came, w2 would have held k0 with the writer.
+        let figures = analyze(&removed(sections(), None));
+        assert_eq!(figures.unwarned_overlaps.len(), 1, "{figures:?}");
+        assert_eq!(figures.unwarned_overlaps[0].first.worker, 2);
+
+        // A semaphore of 2 permits: w1 and w2 (granted before, w2 answered
+        // at 52 ms); after the removal the operator (token 12) and w3
+        // (token 13, at 70 ms) take both permits.
+        let sections = || {
+            vec![
+                told(held(1, Role::Permit, 10, 0, 300_000), 200_000),
+                told(held(2, Role::Permit, 11, 52_000, 300_000), 200_000),
+                held(OPERATOR, Role::Permit, 12, 60_000, 90_000),
+                held(3, Role::Permit, 13, 70_000, 100_000),
+            ]
+        };
+        let figures = analyze(&removed(sections(), Some((11, 11, vec![], 50_000))));
+        assert!(figures.is_safe(), "{figures:?}");
+        let figures = analyze(&removed(sections(), None));
+        assert_eq!(figures.unwarned_overlaps.len(), 1, "{figures:?}");
+        assert_eq!(figures.unwarned_overlaps[0].holders, 3);
+    }
+
+    #[test]
+    fn a_holder_granted_after_a_removal_still_overlaps() {
+        // The DEL at 50 ms reads the counter at 10: w2's read (token 11)
+        // was granted after it, though its reply came at 45 ms, before the
+        // DEL's own. The operator writes from 60 to 90 ms (token 12) while
+        // w2 reads, untold: an overlap, whatever the removal did to w1.
+        let sections = || {
+            vec![
+                told(held(1, Role::Read, 10, 0, 300_000), 200_000),
+                held(2, Role::Read, 11, 45_000, 150_000),
+                held(OPERATOR, Role::Exclusive, 12, 60_000, 90_000),
+            ]
+        };
+        let figures = analyze(&removed(sections(), Some((10, 10, vec![], 50_000))));
+        assert_eq!(figures.unwarned_overlaps.len(), 1, "{figures:?}");
+        let overlap = &figures.unwarned_overlaps[0];
+        assert_eq!((overlap.first.worker, overlap.second.worker), (2, OPERATOR));
+        assert_eq!(figures.removed_overlaps.len(), 1);
+        // By the time replies came, w2 would have been cut by the removal.
+        let figures = analyze(&removed(sections(), None));
+        assert!(figures.is_safe(), "{figures:?}");
+
+        // Permits: w2 (token 11), the operator (12) and w3 (13), all
+        // granted after the removal, hold 3 of 2 permits at once.
+        let sections = vec![
+            told(held(1, Role::Permit, 10, 0, 300_000), 200_000),
+            held(2, Role::Permit, 11, 45_000, 150_000),
+            held(OPERATOR, Role::Permit, 12, 60_000, 90_000),
+            held(3, Role::Permit, 13, 70_000, 100_000),
+        ];
+        let figures = analyze(&removed(sections, Some((10, 10, vec![], 50_000))));
+        assert_eq!(figures.unwarned_overlaps.len(), 1, "{figures:?}");
+        assert_eq!(figures.unwarned_overlaps[0].holders, 3);
+    }
+
+    #[test]
+    fn grants_while_a_force_release_was_on_its_way_are_judged_by_what_redis_held_after_it() {
+        // The counter read 10 before the force_release and 13 after it, at
+        // 51 ms, when Redis held k0 for token 13 only. w2 (token 11,
+        // answered at 53 ms) was not there and had not begun releasing: it
+        // was granted before the removal, which cut it. w3 (token 13,
+        // answered at 49 ms) was there: granted after, so it overlaps the
+        // operator's write (token 14).
+        let sections = vec![
+            told(held(1, Role::Read, 10, 0, 300_000), 200_000),
+            told(held(2, Role::Read, 11, 53_000, 300_000), 200_000),
+            held(3, Role::Read, 13, 49_000, 150_000),
+            held(OPERATOR, Role::Exclusive, 14, 60_000, 90_000),
+        ];
+        let figures = analyze(&removed(sections, Some((10, 13, vec![13], 51_000))));
+        assert_eq!(figures.unwarned_overlaps.len(), 1, "{figures:?}");
+        let overlap = &figures.unwarned_overlaps[0];
+        assert_eq!((overlap.first.worker, overlap.second.worker), (3, OPERATOR));
+
+        // w4 read (token 11) and w5 wrote (token 12) from 50.2 and 50.3 ms,
+        // both gone by the look at 51 ms: granted before the removal or
+        // after it, Redis cannot say, so neither is taken as cut, and their
+        // overlap counts.
+        let sections = vec![
+            told(held(1, Role::Read, 10, 0, 300_000), 200_000),
+            held(4, Role::Read, 11, 50_200, 50_900),
+            held(5, Role::Exclusive, 12, 50_300, 50_800),
+        ];
+        let figures = analyze(&removed(sections, Some((10, 13, vec![], 51_000))));
+        assert_eq!(figures.unwarned_overlaps.len(), 1, "{figures:?}");
+        assert_eq!(figures.unwarned_overlaps[0].overlap_us, 500);
     }
 }

@@ -13,8 +13,8 @@ use tokio::process::{Child, ChildStdin, Command};
 use tokio::sync::mpsc;
 
 use crate::checker::{
-    CrashCheck, Evicted, Fault, FaultKind, Hang, History, Holder, OPERATOR, Removal, Section,
-    Stall, StuckCheck,
+    CrashCheck, Evicted, Fault, FaultKind, Hang, History, Holder, OPERATOR, Removal, RemovalTokens,
+    Section, Stall, StuckCheck,
 };
 use crate::clock::{self, now_us};
 use crate::options::{LockKind, Options, PERMITS, Setup};
@@ -241,6 +241,8 @@ struct Run {
     operator_seq: u64,
     /// Locks removed from Redis while held.
     removals: Vec<Removal>,
+    /// Where they stand among the fencing tokens of their locks.
+    removal_tokens: Vec<RemovalTokens>,
     /// Dropped releases and try-locks that gave up.
     stuck_checks: Vec<StuckCheck>,
 }
@@ -328,6 +330,91 @@ fn lock_key(key: u32) -> String {
 /// semaphore's permits, and the read-write lock's readers (sorted sets).
 fn holder_keys(key: u32) -> [String; 2] {
     [lock_key(key), format!("{}:readers", lock_key(key))]
+}
+
+/// The Redis Cluster hash slot of `key`: the CRC16 (XMODEM) of its hash
+/// tag, or of the whole key without one, modulo 16384. The runtime keeps
+/// each lock's fencing counter in its lock's slot.
+fn key_slot(key: &str) -> u16 {
+    let tag = key.find('{').and_then(|open| {
+        let rest = &key[open + 1..];
+        rest.find('}')
+            .filter(|&len| len > 0)
+            .map(|len| &rest[..len])
+    });
+    let mut crc: u16 = 0;
+    for &byte in tag.unwrap_or(key).as_bytes() {
+        crc ^= u16::from(byte) << 8;
+        for _ in 0..8 {
+            crc = if crc & 0x8000 == 0 {
+                crc << 1
+            } else {
+                (crc << 1) ^ 0x1021
+            };
+        }
+    }
+    crc % 16_384
+}
+
+/// The fencing counter every grant of the lock `k<key>` draws its token
+/// from (the one in the lock's slot), and its value, if it exists.
+fn fence_counter(node: &RedisServer, key: u32) -> Option<(String, u64)> {
+    let slot = key_slot(&lock_key(key));
+    let (name, value) = fence_counters(node)?
+        .into_iter()
+        .find(|(name, _)| key_slot(name) == slot)?;
+    Some((name, u64::try_from(value).ok()?))
+}
+
+/// Deletes `KEYS[2..]` (a raw `DEL`) and reads the fencing counter
+/// `KEYS[1]` at that moment: returns the number of keys deleted and the
+/// counter (-1: none).
+const DELETE_READING_COUNTER: &str = "\
+local counter = redis.call('GET', KEYS[1]) or '-1'
+return {redis.call('DEL', unpack(KEYS, 2)), counter}";
+
+/// Reads the fencing counter `KEYS[1]` and the tokens of every holder of
+/// the lock `KEYS[2]` (its hash's, or its semaphore's permits' in
+/// `KEYS[3]`) and of its readers (`KEYS[4]`, tokens in `KEYS[5]`), at once.
+const COUNTER_AND_HOLDERS: &str = "\
+local out = {redis.call('GET', KEYS[1]) or '-1'}
+local function places(set, tokens)
+  if redis.call('TYPE', set)['ok'] ~= 'zset' or redis.call('TYPE', tokens)['ok'] ~= 'hash' then
+    return
+  end
+  for _, owner in ipairs(redis.call('ZRANGE', set, 0, -1)) do
+    out[#out + 1] = redis.call('HGET', tokens, 'f:' .. owner) or '0'
+  end
+end
+local kind = redis.call('TYPE', KEYS[2])['ok']
+if kind == 'hash' then
+  out[#out + 1] = redis.call('HGET', KEYS[2], 'fence') or '0'
+elseif kind == 'zset' then
+  places(KEYS[2], KEYS[3])
+end
+places(KEYS[4], KEYS[5])
+return out";
+
+/// The fencing counter `counter` of the lock `k<key>` and the tokens of
+/// the lock's holders in Redis, read at once; `None` if it cannot be read.
+fn holding_after(node: &RedisServer, key: u32, counter: &str) -> Option<(u64, Vec<u64>)> {
+    let lock = lock_key(key);
+    let keys = [
+        counter.to_owned(),
+        lock.clone(),
+        format!("{lock}:holders"),
+        format!("{lock}:readers"),
+        format!("{lock}:readers:holders"),
+    ];
+    let mut args = vec!["EVAL", COUNTER_AND_HOLDERS, "5"];
+    args.extend(keys.iter().map(String::as_str));
+    let reply = node.try_cli(&args, Duration::from_secs(1)).ok()?;
+    let mut lines = reply.lines();
+    let after = lines.next()?.trim().parse::<u64>().ok()?;
+    let holding = lines
+        .map(|t| t.trim().parse::<u64>().ok())
+        .collect::<Option<_>>()?;
+    Some((after, holding))
 }
 
 /// Counts the places in `KEYS` held by owners whose id starts with
@@ -1062,6 +1149,13 @@ impl Run {
             return Ok(format!("worker {id}: no critical section came"));
         };
         let name = format!("k{key}");
+        // The fencing counter of the lock's slot and its value now, to
+        // place the removal among the tokens (see RemovalTokens).
+        let counter = with_redis(&self.redis, move |r| fence_counter(r, key))
+            .await
+            .ok()
+            .flatten();
+        let mut at_removal = None;
         let removed = match kind {
             FaultKind::ForceRelease => match &self.operator {
                 Some(operator) => operator
@@ -1070,16 +1164,58 @@ impl Run {
                     .map_err(|err| err.to_string()),
                 None => Err("no operator client".to_owned()),
             },
-            _ => {
-                let mut args = vec!["DEL".to_owned()];
-                args.extend(holder_keys(key));
-                match redis_cli(&self.redis, args).await {
-                    Some(n) => Ok(n.trim().parse::<u32>().unwrap_or(0) > 0),
-                    None => Err("DEL failed".to_owned()),
+            // The DEL reads the counter in the same script.
+            _ => match &counter {
+                Some((counter, _)) => {
+                    let mut args = vec!["EVAL".to_owned(), DELETE_READING_COUNTER.to_owned()];
+                    args.push("3".to_owned());
+                    args.push(counter.clone());
+                    args.extend(holder_keys(key));
+                    let reply = redis_cli(&self.redis, args).await;
+                    let mut lines = reply.as_deref().unwrap_or_default().lines();
+                    match lines.next().map(|n| n.trim().parse::<u32>()) {
+                        Some(Ok(n)) => {
+                            at_removal = lines.next().and_then(|c| c.trim().parse::<u64>().ok());
+                            Ok(n > 0)
+                        }
+                        _ => Err("DEL failed".to_owned()),
+                    }
                 }
-            }
+                None => {
+                    let mut args = vec!["DEL".to_owned()];
+                    args.extend(holder_keys(key));
+                    match redis_cli(&self.redis, args).await {
+                        Some(n) => Ok(n.trim().parse::<u32>().unwrap_or(0) > 0),
+                        None => Err("DEL failed".to_owned()),
+                    }
+                }
+            },
         };
         let at = now_us();
+        let tokens = match (kind, counter) {
+            (FaultKind::ForceRelease, Some((counter, before))) => {
+                let after = with_redis(&self.redis, move |r| holding_after(r, key, &counter))
+                    .await
+                    .ok()
+                    .flatten();
+                after.map(|(after, holding)| RemovalTokens {
+                    key,
+                    at,
+                    before,
+                    after,
+                    holding,
+                    checked: now_us(),
+                })
+            }
+            _ => at_removal.map(|counter| RemovalTokens {
+                key,
+                at,
+                before: counter,
+                after: counter,
+                holding: Vec::new(),
+                checked: at,
+            }),
+        };
         let how = if kind == FaultKind::ForceRelease {
             "force_release"
         } else {
@@ -1089,6 +1225,7 @@ impl Run {
         match removed {
             Ok(true) => {
                 self.removals.push(Removal { key, at, how: kind });
+                self.removal_tokens.extend(tokens);
                 detail += "removed it";
             }
             Ok(false) => detail += "found nothing",
@@ -1892,6 +2029,7 @@ impl Run {
             operator: None,
             operator_seq: 0,
             removals: Vec::new(),
+            removal_tokens: Vec::new(),
             stuck_checks: Vec::new(),
         };
         let mut run = run;
@@ -1969,6 +2107,7 @@ impl Run {
         history.unexpected_exits = self.unexpected_exits;
         history.evictions = std::mem::take(&mut self.evictions);
         history.removals = std::mem::take(&mut self.removals);
+        history.removal_tokens = std::mem::take(&mut self.removal_tokens);
         history.stuck_checks = std::mem::take(&mut self.stuck_checks);
         history.stopped_at = Some(stopped_at);
         history.sections = sections(&collected.sections, &history.writes, &self.deaths);
@@ -2041,4 +2180,20 @@ fn sections(
         );
     }
     sections.into_values().collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::key_slot;
+
+    #[test]
+    fn key_slots_are_redis_cluster_slots() {
+        // Values from the Redis Cluster specification and `CLUSTER KEYSLOT`.
+        assert_eq!(key_slot("123456789"), 0x31C3);
+        assert_eq!(key_slot("foo"), 12182);
+        assert_eq!(key_slot("{user1000}.following"), key_slot("user1000"));
+        // An empty tag: the whole key.
+        assert_eq!(key_slot("foo{}{bar}"), 8363);
+        assert_eq!(key_slot("chaos:{k3}"), key_slot("k3"));
+    }
 }
