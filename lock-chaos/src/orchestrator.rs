@@ -245,6 +245,9 @@ struct Run {
     removal_tokens: Vec<RemovalTokens>,
     /// Dropped releases and try-locks that gave up.
     stuck_checks: Vec<StuckCheck>,
+    /// Until when the restart quarantine may keep locks closed after the
+    /// last restart of the single server (see `open_from`).
+    closed_until: i64,
 }
 
 /// Runs blocking work on the single Redis server (pause, restart, commands).
@@ -816,6 +819,15 @@ impl Run {
             }
             topology => self.inject_topology(topology).await,
         };
+        if matches!(
+            kind,
+            FaultKind::RedisRestart | FaultKind::RedisRestartDelayed | FaultKind::RedisRestartStale
+        ) {
+            // The scripts read the uptime in whole seconds, one less than
+            // INFO says: a quarantine lasts up to a second longer.
+            self.closed_until =
+                now_us() + clock::micros(self.options.quarantine() + Duration::from_secs(1));
+        }
         self.faults.push(Fault {
             kind,
             start,
@@ -1314,6 +1326,15 @@ impl Run {
         }
     }
 
+    /// When a lock that should be free from `at` can be taken: then, or
+    /// once the restart quarantine after the last restart is surely over.
+    /// A call that gave up while the quarantine kept every lock closed
+    /// left nothing taken; the time until the quarantine ends is the
+    /// quarantine's, not the call's.
+    fn open_from(&self, at: i64) -> i64 {
+        at.max(self.closed_until)
+    }
+
     /// After a call that gave up on `k<key>` at `since`: the operator's
     /// client (another client than the worker's) takes the lock, waiting up
     /// to two leases, holds it 2 ms and releases it, so that someone wants
@@ -1389,7 +1410,7 @@ impl Run {
                 detail += &format!("the release returned {said} in time");
             }
             None => {
-                let free_from = stall_end.map_or(at, |end| end.max(at));
+                let free_from = self.open_from(stall_end.map_or(at, |end| end.max(at)));
                 self.stuck_checks.push(StuckCheck {
                     key,
                     what: FaultKind::ReleaseCut,
@@ -1447,7 +1468,7 @@ impl Run {
         };
         detail += &format!("{outcome:?}");
         if outcome.gave_up() {
-            let free_from = stall_end.max(at);
+            let free_from = self.open_from(stall_end.max(at));
             self.stuck_checks.push(StuckCheck {
                 key,
                 what: FaultKind::TryLockStall,
@@ -2031,6 +2052,7 @@ impl Run {
             removals: Vec::new(),
             removal_tokens: Vec::new(),
             stuck_checks: Vec::new(),
+            closed_until: 0,
         };
         let mut run = run;
         if setup == Setup::Single {

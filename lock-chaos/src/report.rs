@@ -1150,7 +1150,10 @@ intervals on the same key that overlap. Pairs that overlap only because of the f
 exception are counted apart: a frozen process cannot be told anything, and fencing is what \
 stops its writes (see the stale writes the fence rejected).
 - **Removed locks**: a lock removed from Redis while held (an operator's `force_release`, a \
-raw `DEL`) cannot be told to its holder before the holder's next renewal. When the holder was \
+raw `DEL`) cannot be told to its holder before the holder's next renewal. Which holders a \
+removal hit is decided in Redis's order, not by when replies arrived: those whose fencing token is \
+not above the lock's fencing counter read in the same script as the `DEL` (for a \
+`force_release`, read just before it, with those gone from Redis right after it). When the holder was \
 told (or stopped) within half a lease of the removal and no re-entry of it was granted after the \
 removal, its unwarned interval ends at the removal, and its overlaps with later holders are \
 counted apart (the operator's doing; fencing's job). A holder whose lock was removed is counted \
@@ -1161,7 +1164,8 @@ on believing it had held it throughout) or it went on untold for longer than hal
 lock had vanished and was taken afresh.
 - **Locks taken by nobody**: after a release dropped midway or a try-lock that failed or was \
 dropped, the time from when the lock should have been free (the call gave up, or the stall it \
-happened in ended, whichever is later; or a holder that held it then stopped) to its next \
+happened in ended, or the restart quarantine after a restart of Redis surely ended, a second \
+after its length, whichever is latest; or a holder that held it then stopped) to its next \
 acquisition, which the probe makes sure someone wants. Over half the lease counts: the call \
 left the lock taken for an owner nobody uses. A semaphore's stuck permit is seen only when \
 every permit is.
