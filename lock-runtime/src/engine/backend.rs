@@ -505,12 +505,13 @@ async fn acquire_by_slot(node: &Node, attempt: &Attempt<'_>) -> Result<Acquired,
         } else {
             group
                 .iter()
+                // The codes are ASCII: one byte per lock.
                 .map(|&i| {
                     attempt
                         .asking
-                        .chars()
-                        .nth(i)
-                        .unwrap_or(Asking::Fresh.code())
+                        .as_bytes()
+                        .get(i)
+                        .map_or(Asking::Fresh.code(), |&code| char::from(code))
                 })
                 .collect()
         };

@@ -23,6 +23,7 @@ use redis::RedisResult;
 use crate::base::config::Config;
 use crate::base::error::LockError;
 use crate::store::connection::Sentinels;
+use crate::store::node::within;
 
 /// What one Sentinel knows of one replica (`SENTINEL REPLICAS`), field by
 /// field.
@@ -213,13 +214,7 @@ impl ReplicaCheck {
             };
             Ok::<_, redis::RedisError>((address, Replicas::count(&info, listed.as_deref())))
         };
-        match tokio::time::timeout(self.timeout, reading).await {
-            Ok(read) => read.map_err(|err| LockError::from_redis(None, err)),
-            Err(_) => Err(LockError::CommandTimeout {
-                key: None,
-                after: self.timeout,
-            }),
-        }
+        within(self.timeout, None, reading).await
     }
 
     /// Reads the replicas, again for a while if a shortfall may only be
