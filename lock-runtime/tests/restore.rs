@@ -133,6 +133,100 @@ async fn a_lock_granted_after_the_snapshot_is_not_granted_again_within_the_quara
     ok(&server, again.release().await);
 }
 
+/// How many times the server has run `INFO` (this call not counted).
+fn info_calls(server: &RedisServer) -> u64 {
+    let stats = server.cli(&["INFO", "commandstats"]);
+    stats
+        .lines()
+        .find_map(|line| line.strip_prefix("cmdstat_info:calls="))
+        .and_then(|rest| rest.split(',').next())
+        .and_then(|calls| calls.parse().ok())
+        .unwrap_or(0)
+}
+
+/// `INFO server`'s `field` as a number.
+fn info_number(server: &RedisServer, field: &str) -> u64 {
+    let info = server.cli(&["INFO", "server"]);
+    info.lines()
+        .find_map(|line| line.strip_prefix(&format!("{field}:")))
+        .and_then(|value| value.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no {field} in INFO: {info}"))
+}
+
+/// Polls `done` every 50 ms until it holds (at most `limit`).
+async fn until(limit: Duration, what: &str, mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + limit;
+    while !done() {
+        assert!(Instant::now() < deadline, "{what}: not within {limit:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_a_save_acquisitions_stop_asking_info_and_a_restart_still_closes_the_slot() {
+    let (server, [holder]) = start_server_with_clients().await;
+    let name = unique_key("marked");
+    // Up for longer than the quarantine (read in whole seconds, one less).
+    until(QUARANTINE + Duration::from_secs(5), "server up", || {
+        info_number(&server, "uptime_in_seconds") > QUARANTINE.as_secs() + 1
+    })
+    .await;
+    take_and_release(&server, &holder, &name).await;
+    // A save makes LASTSAVE recent: it no longer shows the uptime. Once its
+    // second is over, the next acquisition reads INFO once and leaves its
+    // mark; the acquisitions after it read no INFO at all.
+    server.cli(&["SAVE"]);
+    let saved: u64 = server.cli(&["LASTSAVE"]).trim().parse().expect("LASTSAVE");
+    until(Duration::from_secs(3), "LASTSAVE's second over", || {
+        let time = server.cli(&["TIME"]);
+        let secs: u64 = time.lines().next().unwrap_or("0").trim().parse().unwrap_or(0);
+        secs > saved
+    })
+    .await;
+    take_and_release(&server, &holder, &name).await;
+    let before = info_calls(&server);
+    for _ in 0..5 {
+        take_and_release(&server, &holder, &name).await;
+    }
+    // `before`'s own INFO is the one call counted since.
+    assert_eq!(
+        info_calls(&server) - before,
+        1,
+        "acquisitions after a save still read INFO"
+    );
+
+    // The mark is in the next snapshot, and a lock granted after it is
+    // forgotten by a restart from it: the mark must not vouch for the
+    // restarted server, which has been up for less than the quarantine.
+    server.cli(&["SAVE"]);
+    let held = ok(
+        &server,
+        holder
+            .lock(name.as_str())
+            .lease(Duration::from_secs(2))
+            .acquire()
+            .await,
+    );
+    let server = blocking(move || {
+        let mut server = server;
+        server.restart();
+        server
+    })
+    .await;
+    let newcomer = client(&server).await;
+    let refused = newcomer
+        .lock(name.as_str())
+        .wait(Duration::ZERO)
+        .acquire()
+        .await
+        .expect_err("granted again while its holder may still work");
+    assert!(
+        matches!(refused, LockError::Quarantined { .. }),
+        "{refused}"
+    );
+    drop(held);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_server_that_may_evict_keys_is_refused_unless_allowed() {
     let server =

@@ -187,13 +187,7 @@ impl Node {
     /// `INFO section` of every server behind this node.
     pub(crate) async fn info(&self, section: &str) -> Result<Vec<String>, LockError> {
         let mut conn = self.conn.clone();
-        match tokio::time::timeout(self.timeout, conn.info(section)).await {
-            Ok(result) => result.map_err(|err| LockError::from_redis(None, err)),
-            Err(_) => Err(LockError::CommandTimeout {
-                key: None,
-                after: self.timeout,
-            }),
-        }
+        within(self.timeout, None, conn.info(section)).await
     }
 
     async fn run_on<T: FromRedisValue>(

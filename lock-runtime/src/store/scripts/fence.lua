@@ -47,22 +47,54 @@ local function server_info()
 end
 
 -- Whether the server has surely been up for at least `ms` at `now` (ms),
--- without INFO, whose reply is long to build and to search: LASTSAVE is set
--- to the start when the server starts, and only moves forward from there
--- (at each save), so a LASTSAVE older than `ms` means an uptime of at least
--- `ms`. It counts whole seconds, rounded down, hence one more second. A
--- recent save says nothing, and INFO is asked (see next_fence). Answered
--- once per script call (a call may take many locks).
+-- without INFO, whose reply is long to build and to search. LASTSAVE is
+-- set to the start when the server starts, and only moves forward from
+-- there (at each save), so:
+-- * a LASTSAVE older than `ms` means an uptime of at least `ms` (it counts
+--   whole seconds, rounded down, hence one more second);
+-- * after a recent save, the slot's `:up` mark says so: a call that read
+--   INFO and found the server up for at least its quarantine leaves the
+--   LASTSAVE it saw there, with that quarantine (see mark_up). As long as
+--   LASTSAVE still reads the same, the server has not restarted since: a
+--   restart sets LASTSAVE to its start, which comes after every mark left
+--   before it (a mark is only left once LASTSAVE's second is over), so a
+--   mark restored from a snapshot or an AOF never matches. (A replica
+--   promoted in a failover reads its own LASTSAVE; its master's mark
+--   matches only if the replica started or saved in the second the
+--   master's LASTSAVE reads, and its data came from that master: it has
+--   forgotten only what replication lost, which no quarantine covers.)
+-- Otherwise INFO is asked (see next_fence). Answered once per script call
+-- (a call may take many locks), and at once for every slot: uptime is the
+-- server's.
 --
 -- A server that refuses LASTSAVE (an ACL without it) or reports no save
 -- time says nothing either: INFO decides.
-local settled = nil
-local function up_for_at_least(ms, now)
+local settled, last_save = nil, nil
+local function up_for_at_least(ms, now, counter)
   if settled == nil then
     local last = redis.pcall('LASTSAVE')
-    settled = type(last) == 'number' and last > 0 and now - last * 1000 - 1000 >= ms
+    if type(last) ~= 'number' or last <= 0 then
+      settled = false
+    elseif now - last * 1000 - 1000 >= ms then
+      settled = true
+    else
+      last_save = last
+      local mark = redis.call('GET', counter .. ':up')
+      local saw, length = string.match(mark or '', '^(%d+):(%d+)$')
+      settled = tonumber(saw) == last and tonumber(length) >= ms
+    end
   end
   return settled
+end
+
+-- Leaves the `:up` mark of `counter`'s slot (see up_for_at_least): the
+-- server read as up for at least `ms` at `now`, with LASTSAVE reading as
+-- before. Not within LASTSAVE's own second: a restart in that second would
+-- read the same LASTSAVE and find the mark in the snapshot it loaded.
+local function mark_up(counter, ms, now)
+  if last_save and now >= (last_save + 1) * 1000 then
+    redis.call('SET', counter .. ':up', string.format('%d:%d', last_save, ms))
+  end
 end
 
 -- The last token drawn in this script call: the clock stands still during a
@@ -72,10 +104,12 @@ end
 local drawn = 0
 local function next_fence(counter, q)
   local now = now_us()
-  if q.ms > 0 and not up_for_at_least(q.ms, math.floor(now / 1000)) then
+  if q.ms > 0 and not up_for_at_least(q.ms, math.floor(now / 1000), counter) then
     local last = tonumber(redis.call('GET', counter) or '0') or 0
     local uptime, run_id = server_info()
-    if uptime < q.ms then
+    if uptime >= q.ms then
+      mark_up(counter, q.ms, math.floor(now / 1000))
+    else
       local closed = q.ms - uptime
       local born = counter .. ':born'
       local saw_restart = q.strict or not string.find(q.seen, run_id, 1, true)
