@@ -688,10 +688,13 @@ fn strip_companion(key: &str) -> &str {
 }
 
 /// Whether `key` is a fencing counter, `PREFIXfence:{DIGITS}` (keys.rs), or
-/// the marker of one created during a restart quarantine (`…:born`,
-/// fence.lua).
+/// one of its marks: of a counter created during a restart quarantine
+/// (`…:born`), or of the uptime after a save (`…:up`, both fence.lua).
 fn is_fence_counter(prefix: &str, key: &str) -> bool {
-    let key = key.strip_suffix(":born").unwrap_or(key);
+    let key = key
+        .strip_suffix(":born")
+        .or_else(|| key.strip_suffix(":up"))
+        .unwrap_or(key);
     key.strip_prefix(prefix)
         .and_then(|rest| rest.strip_prefix("fence:{"))
         .and_then(|rest| rest.strip_suffix('}'))
@@ -952,6 +955,7 @@ mod tests {
             assert_eq!(strip_companion(&keys.lock), keys.lock);
             assert!(is_fence_counter("lock:", &keys.fence));
             assert!(is_fence_counter("lock:", &format!("{}:born", keys.fence)));
+            assert!(is_fence_counter("lock:", &format!("{}:up", keys.fence)));
             assert!(!is_fence_counter("lock:", &keys.lock));
         }
         // A name ending like a companion is a lock of its own.

@@ -17,7 +17,8 @@
 //! * `lock:fence:{T}`: the fencing counter shared by every lock in the same
 //!   Redis Cluster hash slot, where `T` is a short tag chosen to hash to that slot;
 //!   and, for at most a restart quarantine after a counter was created on a
-//!   server that had just started, `lock:fence:{T}:born` (see fence.lua).
+//!   server that had just started, `lock:fence:{T}:born`, and after a save,
+//!   `lock:fence:{T}:up`, which vouches for the server's uptime (see fence.lua).
 //!
 //! # Names with braces
 //!
@@ -417,6 +418,7 @@ mod tests {
             keys.channel(),
             keys.fence.to_string(),
             format!("{}:born", keys.fence),
+            format!("{}:up", keys.fence),
             LockKeys::new("lock:", "x").holders(),
             "lock:order:42".into(),
             "other:{x}".into(),
@@ -511,6 +513,7 @@ mod tests {
             );
             fences.insert(keys.fence.to_string());
             fences.insert(format!("{}:born", keys.fence));
+            fences.insert(format!("{}:up", keys.fence));
         }
         for fence in &fences {
             assert!(!owner.contains_key(fence), "{fence} is a lock's key");
