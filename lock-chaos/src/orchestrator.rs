@@ -1102,7 +1102,7 @@ impl Run {
             .restart_quarantine(options.quarantine())
             .connect()
             .await
-            .map_err(|err| format!("cannot connect the operator's client: {err}"))
+            .map_err(|err| format!("cannot connect the operator's client: {}", chain(&err)))
     }
 
     /// A request of the operator's client for the lock `k<key>` alone, of
@@ -1173,7 +1173,7 @@ impl Run {
                 Some(operator) => operator
                     .force_release(&name)
                     .await
-                    .map_err(|err| err.to_string()),
+                    .map_err(|err| chain(&err)),
                 None => Err("no operator client".to_owned()),
             },
             // The DEL reads the counter in the same script.
@@ -1267,7 +1267,7 @@ impl Run {
                     }
                 );
             }
-            Err(err) => detail += &format!("; the operator could not take it: {err}"),
+            Err(err) => detail += &format!("; the operator could not take it: {}", chain(&err)),
         }
         // Let the holder re-enter and finish before the next fault.
         tokio::time::sleep(Duration::from_millis(delay + 50)).await;
@@ -2202,6 +2202,18 @@ fn sections(
         );
     }
     sections.into_values().collect()
+}
+
+/// An error and its sources, joined by `: `: a `LockError` leaves what
+/// Redis answered to its source.
+fn chain(err: &dyn std::error::Error) -> String {
+    let mut text = err.to_string();
+    let mut source = err.source();
+    while let Some(cause) = source {
+        text += &format!(": {cause}");
+        source = cause.source();
+    }
+    text
 }
 
 #[cfg(test)]

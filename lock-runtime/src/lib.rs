@@ -95,6 +95,11 @@ pub use base::kind::{HoldMode, LockKind};
 pub use base::owner::{BadOwnerId, OwnerId};
 pub use base::telemetry::{describe_metrics, metric_names};
 pub use lock_macros::distributed_lock;
+/// The redis-rs crate this one is built on, whose types (`redis::Client`,
+/// `ConnectionInfo`, `ConnectionManager`, `RedisError`) appear in its API:
+/// use it rather than a `redis` dependency of your own, so that the two
+/// always match.
+pub use redis;
 pub use store::deployment::Deployment;
 #[cfg(feature = "memory")]
 pub use store::memory::MemoryStore;

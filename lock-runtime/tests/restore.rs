@@ -179,7 +179,13 @@ async fn after_a_save_acquisitions_stop_asking_info_and_a_restart_still_closes_t
     let saved: u64 = server.cli(&["LASTSAVE"]).trim().parse().expect("LASTSAVE");
     until(Duration::from_secs(3), "LASTSAVE's second over", || {
         let time = server.cli(&["TIME"]);
-        let secs: u64 = time.lines().next().unwrap_or("0").trim().parse().unwrap_or(0);
+        let secs: u64 = time
+            .lines()
+            .next()
+            .unwrap_or("0")
+            .trim()
+            .parse()
+            .unwrap_or(0);
         secs > saved
     })
     .await;

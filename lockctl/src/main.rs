@@ -57,8 +57,15 @@ impl Outcome {
 }
 
 impl From<LockError> for Outcome {
+    /// The error and what Redis answered (its sources), on one line.
     fn from(err: LockError) -> Outcome {
-        Outcome::fail(FAILED, err.to_string())
+        let mut message = err.to_string();
+        let mut source = std::error::Error::source(&err);
+        while let Some(cause) = source {
+            message += &format!(": {cause}");
+            source = cause.source();
+        }
+        Outcome::fail(FAILED, message)
     }
 }
 

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use crate::api::client::LockClient;
 use crate::base::detached::Detached;
-use crate::base::error::{LockError, LossReason};
+use crate::base::error::{Chain, LockError, LossReason};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
@@ -548,7 +548,7 @@ async fn hand_on(
     if let Err(err) = &outcome
         && resent
     {
-        tracing::debug!(key = %label, error = %err, "handoff failed; sending it again");
+        tracing::debug!(key = %label, error = %Chain(&err), "handoff failed; sending it again");
         outcome = inner
             .backend
             .handoff(label, lock, owner, giving, &offers)
@@ -578,7 +578,7 @@ async fn hand_on(
             .release(label, locks, &Stored::Hash, &waiter, Giving::ABANDONED)
             .await
         {
-            tracing::debug!(key = %label, error = %err, "giving back a lock handed to a waiter that is gone failed; it expires after its lease");
+            tracing::debug!(key = %label, error = %Chain(&err), "giving back a lock handed to a waiter that is gone failed; it expires after its lease");
         }
     }
     // Sent again and found neither held by this releaser nor handed on by
@@ -619,7 +619,7 @@ impl Drop for LockGuard {
             };
             match end(&client, &held, ending, telemetry).await {
                 Err(err) if !err.is_lost() => {
-                    tracing::warn!(key = %held[0].name, error = %err, "release on drop failed; lock expires after its lease");
+                    tracing::warn!(key = %held[0].name, error = %Chain(&err), "release on drop failed; lock expires after its lease");
                 }
                 _ => {}
             }

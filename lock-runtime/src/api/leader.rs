@@ -20,7 +20,7 @@ use tokio::time::Instant;
 use crate::api::client::LockClient;
 use crate::api::guard::LockGuard;
 use crate::api::request::LockRequest;
-use crate::base::error::LockError;
+use crate::base::error::{Chain, LockError};
 use crate::base::kind::HoldMode;
 use crate::base::owner::OwnerId;
 
@@ -273,7 +273,7 @@ impl Election {
                         return Err(err);
                     }
                     tracing::warn!(
-                        election = %self.name, error = %err,
+                        election = %self.name, error = %Chain(&err),
                         "campaign could not reach Redis; still campaigning"
                     );
                     let pause = deadline.map_or(backoff, |deadline| {

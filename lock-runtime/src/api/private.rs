@@ -7,6 +7,7 @@ pub use crate::api::client::LockClient;
 pub use crate::api::guard::LockGuard;
 pub use crate::api::install::installed;
 use crate::api::request::LockRequest;
+use crate::base::error::Chain;
 pub use crate::base::error::LockError;
 pub use crate::base::kind::Kind;
 
@@ -109,7 +110,7 @@ where
             tracing::warn!(
                 parent: &span,
                 %key,
-                error = %err,
+                error = %Chain(&err),
                 "release failed; the lock expires after its lease"
             );
             result

@@ -11,7 +11,7 @@ use crate::api::client::LockClient;
 use crate::api::guard::{LockGuard, renewals};
 use crate::api::scope;
 use crate::base::config::{MAX_LEASE, Replicas};
-use crate::base::error::{LockError, LossReason};
+use crate::base::error::{Chain, LockError, LossReason};
 use crate::base::keys::LockKeys;
 use crate::base::kind::Kind;
 use crate::base::telemetry::{self, Acquiring, Hold, Tracked};
@@ -517,7 +517,7 @@ impl LockRequest {
                 Ok(Outcome::Abandon(err)) | Err(err)
                     if err.is_unavailable() && scoped.is_none() =>
                 {
-                    tracing::debug!(error = %err, "acquire failed; retrying");
+                    tracing::debug!(error = %Chain(&err), "acquire failed; retrying");
                     // A fair waiter keeps its owner id, and so its place in
                     // line, after an acquire call that got no answer: a
                     // grant that call made is found as its own by the next
@@ -1026,7 +1026,7 @@ fn undo_in_background(
     };
     runtime.spawn(async move {
         if let Err(err) = undo.await {
-            tracing::debug!(%key, error = %err, "{failed}");
+            tracing::debug!(%key, error = %Chain(&err), "{failed}");
         }
     });
 }

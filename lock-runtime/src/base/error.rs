@@ -6,7 +6,11 @@ use std::time::Duration;
 /// An error from taking, holding or releasing a lock.
 ///
 /// Every variant that concerns one lock names its key. Match on the variants,
-/// or ask the predicates, which keep working as variants are added:
+/// or ask the predicates, which keep working as variants are added. The
+/// message says what happened to the lock; what Redis answered is the
+/// error's [`source`](std::error::Error::source), which error reporters
+/// (`anyhow`'s `{:#}`, `eyre`, `tracing`'s error fields) print after it,
+/// once:
 ///
 /// ```
 /// use lock_runtime::LockError;
@@ -61,7 +65,7 @@ pub enum LockError {
     )]
     NotInstalled,
     /// The lock key exists in Redis but is not a lock (for example a string).
-    #[error("key `{key}` holds a value that is not a lock (WRONGTYPE): {source}")]
+    #[error("key `{key}` holds a value that is not a lock (WRONGTYPE)")]
     WrongType {
         /// The lock's name.
         key: String,
@@ -69,13 +73,13 @@ pub enum LockError {
         source: redis::RedisError,
     },
     /// Redis refused the credentials (or none were given where needed).
-    #[error("Redis refused authentication: {source}")]
+    #[error("Redis refused authentication")]
     Auth {
         /// Redis's answer.
         source: redis::RedisError,
     },
     /// The server is a read-only replica.
-    #[error("Redis is read-only (a replica?) for lock `{key}`: {source}")]
+    #[error("Redis is read-only (a replica?) for lock `{key}`")]
     ReadOnly {
         /// The lock's name.
         key: String,
@@ -85,7 +89,7 @@ pub enum LockError {
     /// Redis could not be reached: refused, reset, or not answering in time;
     /// or a deployment between masters (a Cluster slot down or moving, a
     /// master down, a server still loading its data).
-    #[error("Redis unavailable{}: {source}", for_key(key))]
+    #[error("Redis unavailable{}", for_key(key))]
     Unavailable {
         /// The lock's name, when the failure concerned one lock.
         key: Option<String>,
@@ -120,7 +124,7 @@ pub enum LockError {
     /// Redlock: too few masters answered for the lock to be granted by the
     /// quorum it needs. Retried within the wait.
     #[error(
-        "no quorum for lock `{key}`: {unreachable} of {nodes} masters failed, {needed} must agree: {last}"
+        "no quorum for lock `{key}`: {unreachable} of {nodes} masters failed, {needed} must agree"
     )]
     NoQuorum {
         /// The lock.
@@ -131,20 +135,39 @@ pub enum LockError {
         nodes: usize,
         /// Masters that failed to answer.
         unreachable: usize,
-        /// The last failure seen.
+        /// The last failure seen (also the error's
+        /// [`source`](std::error::Error::source)).
+        #[source]
         last: Box<LockError>,
     },
     /// A lock name or option that cannot be used.
     #[error("invalid lock configuration: {0}")]
     Config(String),
     /// Any other error reported by Redis.
-    #[error("Redis error{}: {source}", for_key(key))]
+    #[error("Redis error{}", for_key(key))]
     Redis {
         /// The lock's name, when the error concerned one lock.
         key: Option<String>,
         /// Redis's answer.
         source: redis::RedisError,
     },
+}
+
+/// An error followed by each of its sources, joined by `: ` (as `anyhow`
+/// prints a chain with `{:#}`): for this crate's logs and for `lockctl`,
+/// since [`LockError`]'s message leaves Redis's answer to its source.
+pub(crate) struct Chain<'a>(pub(crate) &'a (dyn std::error::Error + 'a));
+
+impl fmt::Display for Chain<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.0)?;
+        let mut source = self.0.source();
+        while let Some(err) = source {
+            write!(f, ": {err}")?;
+            source = err.source();
+        }
+        Ok(())
+    }
 }
 
 fn for_key(key: &Option<String>) -> String {
@@ -308,6 +331,30 @@ mod tests {
         ] {
             let err = LockError::from_redis(Some("k"), server(kind));
             assert!(err.is_unavailable(), "{kind:?}: {err:?}");
+        }
+    }
+
+    #[test]
+    fn a_message_leaves_redis_s_answer_to_its_source() {
+        use std::error::Error;
+        let answer = "from the test";
+        let redis = LockError::from_redis(Some("k"), server(ServerErrorKind::ResponseError));
+        let quorum = LockError::NoQuorum {
+            key: "k".into(),
+            needed: 3,
+            nodes: 5,
+            unreachable: 3,
+            last: Box::new(LockError::from_redis(
+                Some("k"),
+                server(ServerErrorKind::ResponseError),
+            )),
+        };
+        for err in [redis, quorum] {
+            assert!(!err.to_string().contains(answer), "{err}");
+            assert!(err.source().is_some(), "{err:?}");
+            // Printed as a chain, Redis's answer shows once.
+            let chain = super::Chain(&err).to_string();
+            assert_eq!(chain.matches(answer).count(), 1, "{chain}");
         }
     }
 

@@ -34,7 +34,7 @@ use tokio::time::Instant;
 use tracing::field::{Empty, display};
 use tracing::{Level, Span};
 
-use crate::base::error::{LockError, LossReason};
+use crate::base::error::{Chain, LockError, LossReason};
 use crate::base::kind::Kind;
 
 /// The names of the metrics `lock-runtime` records through the
@@ -315,7 +315,7 @@ impl Acquiring {
             }
             Err(err) if err.is_timeout() => {
                 span.record("outcome", "timed_out");
-                tracing::debug!(parent: &span, ?waited, error = %err, "timed out");
+                tracing::debug!(parent: &span, ?waited, error = %Chain(&err), "timed out");
                 let cause = match err {
                     LockError::Quarantined { .. } => "restart_quarantine",
                     _ => "held",
@@ -326,7 +326,7 @@ impl Acquiring {
             Err(err) => {
                 span.record("outcome", "error");
                 span.record("error", display(err));
-                tracing::debug!(parent: &span, error = %err, "acquire failed");
+                tracing::debug!(parent: &span, error = %Chain(&err), "acquire failed");
                 let error = error_label(err);
                 count(
                     LOCK_ERRORS_TOTAL,

@@ -50,7 +50,7 @@ use futures_util::stream::FuturesUnordered;
 use tokio::time::Instant;
 
 use crate::base::config::Replicas;
-use crate::base::error::LockError;
+use crate::base::error::{Chain, LockError};
 use crate::base::keys::{LockKeys, slot};
 use crate::base::kind::Kind;
 use crate::store::node::Node;
@@ -531,7 +531,7 @@ async fn acquire_by_slot(node: &Node, attempt: &Attempt<'_>) -> Result<Acquired,
             other => {
                 for slot in taken_slots {
                     if let Err(err) = node.release(attempt.name, &slot.undo, slot.locks).await {
-                        tracing::debug!(key = %attempt.name, error = %err, "giving back part of a multi-slot acquisition failed; it expires after its lease");
+                        tracing::debug!(key = %attempt.name, error = %Chain(&err), "giving back part of a multi-slot acquisition failed; it expires after its lease");
                     }
                 }
                 return other;
@@ -579,7 +579,7 @@ async fn on_quorum(nodes: &[Node], attempt: &Attempt<'_>) -> Result<Acquired, Lo
         tokio::spawn(async move {
             for node in nodes {
                 if let Err(err) = node.release(&name, &undo, locks).await {
-                    tracing::debug!(key = %name, error = %err, "giving back a partial grant failed; it expires after its lease");
+                    tracing::debug!(key = %name, error = %Chain(&err), "giving back a partial grant failed; it expires after its lease");
                 }
             }
         });
@@ -596,7 +596,7 @@ async fn on_quorum(nodes: &[Node], attempt: &Attempt<'_>) -> Result<Acquired, Lo
                     && matches!(outcome, Ok(Acquired::Held(_)))
                     && let Err(err) = nodes[i].release(&name, &undo, locks).await
                 {
-                    tracing::debug!(key = %name, error = %err, "giving back a late grant failed; it expires after its lease");
+                    tracing::debug!(key = %name, error = %Chain(&err), "giving back a late grant failed; it expires after its lease");
                 }
             }
         });

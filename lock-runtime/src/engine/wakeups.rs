@@ -22,6 +22,7 @@ use redis::{PushInfo, PushKind, Value};
 use tokio::sync::{Notify, mpsc, watch};
 use tokio_util::sync::CancellationToken;
 
+use crate::base::error::Chain;
 use crate::store::connection::{Following, Managed};
 #[cfg(feature = "memory")]
 use crate::store::memory::MemorySubscriber;
@@ -537,7 +538,7 @@ impl Stores {
     async fn subscribe(&mut self, names: &[&str]) -> bool {
         for (subscriber, live) in self.subscribers.iter_mut().zip(self.live.iter_mut()) {
             if *live && let Err(err) = subscriber.subscribe(names).await {
-                tracing::warn!(error = %err, "subscribing to release channels failed");
+                tracing::warn!(error = %Chain(&err), "subscribing to release channels failed");
                 *live = false;
             }
         }
@@ -613,7 +614,7 @@ async fn subscriber(
                 Command::Unsubscribe(name) => {
                     for (subscriber, live) in stores.subscribers.iter_mut().zip(&stores.live) {
                         if *live && let Err(err) = subscriber.unsubscribe(&name).await {
-                            tracing::debug!(error = %err, channel = %name, "unsubscribe failed");
+                            tracing::debug!(error = %Chain(&err), channel = %name, "unsubscribe failed");
                         }
                     }
                 }
@@ -668,7 +669,7 @@ async fn resubscribe(stores: &mut Stores, channels: &Channels) -> bool {
                 back = true;
                 tracing::debug!(node, channels = all.len(), "resubscribed after reconnect");
             }
-            Err(err) => tracing::debug!(node, error = %err, "resubscribe failed; retrying"),
+            Err(err) => tracing::debug!(node, error = %Chain(&err), "resubscribe failed; retrying"),
         }
     }
     if back && stores.enough() {

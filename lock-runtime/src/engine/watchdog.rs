@@ -18,7 +18,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::base::config::Replicas;
-use crate::base::error::{LockError, LossReason};
+use crate::base::error::{Chain, LockError, LossReason};
 use crate::base::keys::LockKeys;
 use crate::base::telemetry::{self, Tracked};
 use crate::engine::backend::{Backend, Renewal};
@@ -574,7 +574,7 @@ async fn renew(registry: Arc<Registry>, backend: Backend, batch: Vec<Arc<Held>>)
             }
         }
         Err(err) => {
-            tracing::warn!(locks = batch.len(), error = %err, "renewal failed; retrying");
+            tracing::warn!(locks = batch.len(), error = %Chain(&err), "renewal failed; retrying");
             for held in &batch {
                 retry(held);
             }

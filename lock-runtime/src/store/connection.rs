@@ -28,7 +28,7 @@ use redis::{
 };
 
 use crate::base::config::Config;
-use crate::base::error::{LockError, is_read_only};
+use crate::base::error::{Chain, LockError, is_read_only};
 use crate::base::redact::Redacted;
 #[cfg(feature = "memory")]
 use crate::store::memory::MemoryServer;
@@ -250,7 +250,9 @@ impl Managed {
                 );
                 *shared.current.write().unwrap_or_else(|e| e.into_inner()) = fresh;
             }
-            Err(err) => tracing::debug!(error = %err, "replacing an unanswering connection failed"),
+            Err(err) => {
+                tracing::debug!(error = %Chain(&err), "replacing an unanswering connection failed")
+            }
         }
     }
 
@@ -796,7 +798,7 @@ impl Following {
                 true
             }
             Err(err) => {
-                tracing::debug!(error = %err, master = %address, "connecting to the new master failed");
+                tracing::debug!(error = %Chain(&err), master = %address, "connecting to the new master failed");
                 false
             }
         }
@@ -809,7 +811,7 @@ impl Following {
         match master.and_then(|master| with_pushes(master, self.shared.pushes)) {
             Ok(master) => Some(master),
             Err(err) => {
-                tracing::debug!(error = %err, "asking the sentinels for the master failed");
+                tracing::debug!(error = %Chain(&err), "asking the sentinels for the master failed");
                 None
             }
         }
@@ -852,7 +854,9 @@ impl Following {
                 tracing::warn!(master = %address, "Redis stopped answering; reconnecting");
                 self.switch_to(address, manager);
             }
-            Err(err) => tracing::debug!(error = %err, "replacing an unanswering connection failed"),
+            Err(err) => {
+                tracing::debug!(error = %Chain(&err), "replacing an unanswering connection failed")
+            }
         }
     }
 

@@ -10,7 +10,7 @@ use futures_util::future::BoxFuture;
 use redis::{ErrorKind, FromRedisValue, ServerErrorKind, Value};
 
 use crate::base::config::Replicas;
-use crate::base::error::{LockError, is_read_only};
+use crate::base::error::{Chain, LockError, is_read_only};
 use crate::store::coalesce::{Coalescer, Failure, Lane, Reply, Transport};
 use crate::store::connection::Conn;
 use crate::store::scripts::{
@@ -93,7 +93,7 @@ impl Node {
             && let Err(err) = replicated(Some(name), replicas, acked)
         {
             if let Err(undo_err) = self.release(name, &call.undo, locks).await {
-                tracing::debug!(key = %name, error = %undo_err, "giving back an unreplicated lock failed; it expires after its lease");
+                tracing::debug!(key = %name, error = %Chain(&undo_err), "giving back an unreplicated lock failed; it expires after its lease");
             }
             return Err(err);
         }

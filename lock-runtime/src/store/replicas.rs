@@ -21,7 +21,7 @@ use std::time::Duration;
 use redis::RedisResult;
 
 use crate::base::config::Config;
-use crate::base::error::LockError;
+use crate::base::error::{Chain, LockError};
 use crate::store::connection::Sentinels;
 use crate::store::node::within;
 
@@ -208,7 +208,7 @@ impl ReplicaCheck {
             let listed = match listed_by_sentinels(&self.sentinels, &address).await {
                 Ok(listed) => listed,
                 Err(err) => {
-                    tracing::debug!(error = %err, "asking the sentinels for the replicas failed");
+                    tracing::debug!(error = %Chain(&err), "asking the sentinels for the replicas failed");
                     None
                 }
             };
@@ -280,7 +280,7 @@ impl ReplicaCheck {
                     *judged = Some(master);
                 }
                 Err(err) => {
-                    tracing::debug!(error = %err, "reading the new master's replicas failed");
+                    tracing::debug!(error = %Chain(&err), "reading the new master's replicas failed");
                 }
             }
         });
