@@ -1,6 +1,8 @@
 //! Benchmarks of `lock-runtime` against a hand-written redis-rs lock, the
-//! `rslock` crate and the round-trip floor, all against one private
-//! `redis-server` started for the run.
+//! `rslock` crate and the round-trip floor, against private `redis-server`s
+//! started for the run: the uncontended and throughput scenarios against
+//! one with Redis's default save policy (RDB snapshots, as users' servers
+//! have), the others against one without persistence.
 //!
 //! ```text
 //! cargo run --release -p lock-bench                      # everything; writes BENCHMARKS.md and docs/bench-*.svg
@@ -28,11 +30,9 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use lock_testkit::RedisServer;
-
 use crate::contenders::BenchError;
 use crate::report::{Machine, Results};
-use crate::scenarios::Ctx;
+use crate::scenarios::{Ctx, DEFAULT_SAVE};
 
 #[global_allocator]
 static ALLOC: measure::CountingAlloc = measure::CountingAlloc;
@@ -153,13 +153,19 @@ async fn run(options: Options) -> Result<bool, BenchError> {
     let started = Instant::now();
     let busy = measure::machine_busy();
     let own_cpu = measure::process_cpu();
-    let server = RedisServer::start();
+    // Users' servers snapshot by the default policy, which changes what
+    // the runtime's scripts do (see `Ctx::fresh_save`): the scenarios that
+    // set the targets on Redis CPU run against such a server.
+    let saving = Ctx::start(DEFAULT_SAVE, options.quick);
+    let ctx = Ctx::start("", options.quick);
     let server_started = Instant::now();
-    let ctx = Ctx {
-        url: server.url(),
-        server,
-        quick: options.quick,
-    };
+    if saving.save.is_empty() || !ctx.save.is_empty() {
+        return Err(format!(
+            "redis-server did not take the save policies asked for: `{}` and `{}`",
+            saving.save, ctx.save
+        )
+        .into());
+    }
     let machine = machine(&ctx);
     if !options.quick {
         settle(server_started).await;
@@ -199,7 +205,7 @@ async fn run(options: Options) -> Result<bool, BenchError> {
 
     if wanted(&options, "uncontended") {
         let t = announce("uncontended");
-        let mut u = scenarios::uncontended::run(&ctx).await?;
+        let mut u = scenarios::uncontended::run(&saving).await?;
         let text = report::uncontended(&mut u, &mut targets);
         println!("{text}({})", report::dur(t.elapsed()));
         sections.push(("Uncontended: lock + unlock latency", text));
@@ -207,7 +213,7 @@ async fn run(options: Options) -> Result<bool, BenchError> {
     }
     if wanted(&options, "throughput") {
         let t = announce("throughput");
-        let r = scenarios::throughput::run(&ctx).await?;
+        let r = scenarios::throughput::run(&saving).await?;
         let text = report::throughput(&r, &mut targets);
         println!("{text}({})", report::dur(t.elapsed()));
         sections.push(("Throughput: 64 tasks on distinct keys", text));
@@ -287,7 +293,8 @@ async fn run(options: Options) -> Result<bool, BenchError> {
     let others = measure::machine_busy()
         .saturating_sub(busy)
         .saturating_sub(measure::process_cpu() - own_cpu)
-        .saturating_sub(measure::other_process_cpu(ctx.server.pid()));
+        .saturating_sub(measure::other_process_cpu(ctx.server.pid()))
+        .saturating_sub(measure::other_process_cpu(saving.server.pid()));
     let mut machine = machine;
     machine.other_load = format!(
         "{:.0} % of one core on average (CPU time of other processes / run time)",
@@ -305,6 +312,7 @@ async fn run(options: Options) -> Result<bool, BenchError> {
             .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(".."));
         write_report(
             &root,
+            &saving.save,
             &machine,
             &command,
             took,
@@ -318,8 +326,10 @@ async fn run(options: Options) -> Result<bool, BenchError> {
     Ok(safe)
 }
 
+#[allow(clippy::too_many_arguments)]
 fn write_report(
     root: &std::path::Path,
+    saving: &str,
     machine: &Machine,
     command: &str,
     took: Duration,
@@ -352,12 +362,26 @@ fn write_report(
         "`lock-runtime` against the same lock written by hand on redis-rs (`SET key token NX PX` \
          + a compare-and-delete script by EVALSHA, on a `ConnectionManager` like the runtime's), \
          the `rslock` crate (0.10) and the floor (two bare round trips: a `SET` and an EVALSHA of \
-         `return 1`). Every scenario runs all of them in the same run against one private \
+         `return 1`). Every scenario runs all of them in the same run against a private \
          `redis-server` the benchmark starts on a free loopback port, with client and server \
          sharing the machine, once that server has been up for longer than the runtime's \
          restart quarantine (30 s), as a production server has: during a server's first 30 s \
          each acquisition of the runtime also reads `INFO server`. **Ratios are the result; \
          absolute times are for context** and depend on the machine.\n\n",
+    );
+    let _ = writeln!(
+        md,
+        "**Persistence.** The uncontended and throughput scenarios run against a server with \
+         Redis's default save policy (`save {saving}`: RDB snapshots, written by a forked \
+         child into the server's own directory), as users' servers have. Each of the two \
+         makes a snapshot (`BGSAVE`) before its warm-up (the policy itself makes one a minute \
+         after the last once 10 000 keys have changed, which the benchmark's writes reach in \
+         seconds), so that its measured rounds see a server that has just saved, as a server \
+         under steady writes is for half of each minute: for 30 s after a snapshot, the \
+         runtime's restart check reads its slot's `:up` mark besides `LASTSAVE`. Each section \
+         says how long after the snapshot its rounds ran. The contention, read-write, \
+         handoff, renewal and attribute scenarios run against a second server without \
+         persistence (`--save \"\"`).\n"
     );
     let _ = writeln!(md, "Reproduce with:\n\n```sh\n{command}\n```\n");
     md.push_str(
@@ -403,6 +427,12 @@ after every failed attempt.\n\
 - **Renewal.** The runtime renews every held lock of a client from one watchdog task, many \
 locks per script call; rslock and the hand-written lock have no watchdog (a Redisson-style \
 watchdog makes one call per lock per renewal).\n\
+- **CPU.** redis-server CPU is the server process's CPU time (all its threads, read to the \
+nanosecond through its CPU-time clock around each measured block), so it includes reading \
+requests and writing replies, which `INFO commandstats` leaves out, and the server's background \
+work in that time; a snapshot child's CPU is not included, the fork itself is. Client CPU is \
+the benchmark process's CPU time (all threads, the tokio runtime included) around the same \
+block, during which only the measured contender runs.\n\
 - **Noise.** Client, server and the tokio runtime share the machine's cores. Each latency \
 scenario runs the contenders in rounds of rotating order and shows the spread of per-round \
 ratios; treat differences inside that spread as noise.\n";

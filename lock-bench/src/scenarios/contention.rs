@@ -8,7 +8,7 @@ use lock_runtime::{LockClient, LockGuard};
 use tokio::task::JoinSet;
 
 use crate::contenders::{BenchError, HandGuard, HandLock, PubSubFloor, rslock_manager};
-use crate::measure::{self, CommandStats, Samples};
+use crate::measure::{CommandStats, Samples};
 use crate::scenarios::{Ctx, LEASE};
 
 /// Tasks contending for the one key.
@@ -307,12 +307,11 @@ pub async fn run(ctx: &Ctx) -> Result<Contention, BenchError> {
             // A fresh key per round: a round cut short may leave its lock held.
             let key = format!("bench:c:{i}:{r}");
             let before = ctx.command_stats();
-            let server_cpu = measure::other_process_cpu(ctx.server.pid());
+            let server_cpu = ctx.server_cpu();
             let (elapsed, results) = round(&waiters[i], &key, duration).await?;
             // Background work of the round (unsubscribes) is part of its cost.
             tokio::time::sleep(Duration::from_millis(50)).await;
-            let server_cpu =
-                measure::other_process_cpu(ctx.server.pid()).saturating_sub(server_cpu);
+            let server_cpu = ctx.server_cpu().saturating_sub(server_cpu);
             let after = ctx.command_stats();
             let row = &mut rows[i];
             row.stats

@@ -8,19 +8,24 @@ pub mod rw;
 pub mod throughput;
 pub mod uncontended;
 
-use std::time::Duration;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use lock_runtime::LockClient;
 use lock_testkit::RedisServer;
 
 use crate::contenders::{BenchError, Floor, HandLock, rslock_manager};
-use crate::measure::CommandStats;
+use crate::measure::{self, CommandStats};
 
 /// The lease every scenario but renewal uses: long enough that nothing is
 /// renewed while a benchmark holds a lock.
 pub const LEASE: Duration = Duration::from_secs(30);
 
-/// The private server every scenario runs against, and the run's size.
+/// Redis's default save policy (`redis.conf` of Redis 7, and what a server
+/// started without one uses): a snapshot after an hour if a key changed,
+/// after 5 minutes if 100 did, after a minute if 10 000 did.
+pub const DEFAULT_SAVE: &str = "3600 1 300 100 60 10000";
+
+/// A private server scenarios run against, and the run's size.
 pub struct Ctx {
     /// The server, started by the benchmark on a free loopback port.
     pub server: RedisServer,
@@ -28,9 +33,145 @@ pub struct Ctx {
     pub url: String,
     /// Smoke-test sizes instead of full ones.
     pub quick: bool,
+    /// Its save policy as the server reports it (`CONFIG GET save`); empty
+    /// when it never snapshots.
+    pub save: String,
+}
+
+/// The server's snapshots at one moment, from `INFO persistence`.
+#[derive(Debug, Clone, Copy)]
+pub struct SaveState {
+    /// Snapshots made since the server started.
+    pub saves: u64,
+    /// When the last one was made (Unix seconds; the server's start before
+    /// the first).
+    pub last_save: u64,
+    /// When this was read (Unix seconds).
+    pub at: u64,
+}
+
+/// A server's persistence over a scenario's measured rounds, for the report.
+#[derive(Debug, Clone)]
+pub struct Persistence {
+    /// The save policy; empty for none.
+    pub save: String,
+    /// Seconds since the last snapshot (or the server's start) when the
+    /// measured rounds began and when they ended.
+    pub since_save: (u64, u64),
+    /// Snapshots made during the measured rounds.
+    pub saves_during: u64,
+}
+
+impl Persistence {
+    /// What happened between the states read before and after the rounds.
+    pub fn between(save: &str, before: SaveState, after: SaveState) -> Persistence {
+        Persistence {
+            save: save.to_owned(),
+            since_save: (
+                before.at.saturating_sub(before.last_save),
+                after.at.saturating_sub(after.last_save),
+            ),
+            saves_during: after.saves.saturating_sub(before.saves),
+        }
+    }
+}
+
+/// Unix time in seconds.
+fn unix_now() -> Duration {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or(Duration::ZERO)
 }
 
 impl Ctx {
+    /// Starts a server with `--save SAVE` (`""`: none, lock-testkit's
+    /// default), in a directory of its own that it writes snapshots into.
+    pub fn start(save: &str, quick: bool) -> Ctx {
+        let server = RedisServer::start_with(&["--save", save]);
+        let reply = server.cli(&["CONFIG", "GET", "save"]);
+        let save = reply.lines().nth(1).unwrap_or("").trim().to_owned();
+        Ctx {
+            url: server.url(),
+            server,
+            quick,
+            save,
+        }
+    }
+
+    /// CPU time redis-server (its process, all threads; not a snapshot
+    /// child) has used so far, to the nanosecond.
+    pub fn server_cpu(&self) -> Duration {
+        measure::process_cpu_of(self.server.pid())
+    }
+
+    /// The server's snapshots now.
+    pub fn save_state(&self) -> SaveState {
+        self.persistence_info().0
+    }
+
+    /// `INFO persistence`: the snapshots, whether one is being written, and
+    /// how the last background one went.
+    fn persistence_info(&self) -> (SaveState, bool, String) {
+        let info = self.server.cli(&["INFO", "persistence"]);
+        let text = |name: &str| {
+            info.lines()
+                .find_map(|l| l.strip_prefix(name)?.strip_prefix(':'))
+                .map_or(String::new(), |v| v.trim().to_owned())
+        };
+        let number = |name: &str| text(name).parse::<u64>().unwrap_or(0);
+        let state = SaveState {
+            saves: number("rdb_saves"),
+            last_save: number("rdb_last_save_time"),
+            at: unix_now().as_secs(),
+        };
+        (
+            state,
+            number("rdb_bgsave_in_progress") != 0,
+            text("rdb_last_bgsave_status"),
+        )
+    }
+
+    /// When the server has a save policy: makes a snapshot now (`BGSAVE`,
+    /// as the policy does once enough keys changed) and waits until it is
+    /// written and the second `LASTSAVE` reports is over, so that what runs
+    /// next sees a server that has just saved, settled as it is for most of
+    /// the time after a save (the runtime leaves its `:up` marks only once
+    /// that second is over). Fails when the snapshot fails: with the
+    /// default `stop-writes-on-bgsave-error`, the server would then refuse
+    /// writes.
+    pub async fn fresh_save(&self) -> Result<(), BenchError> {
+        if self.save.is_empty() {
+            return Ok(());
+        }
+        let before = self.save_state();
+        // SCHEDULE: after the one in progress, if the policy started one.
+        // `rdb_saves` counts a background save when it starts.
+        self.server.cli(&["BGSAVE", "SCHEDULE"]);
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        let (state, status) = loop {
+            let (state, in_progress, status) = self.persistence_info();
+            if state.saves > before.saves && !in_progress {
+                break (state, status);
+            }
+            if std::time::Instant::now() > deadline {
+                return Err("redis-server: BGSAVE did not finish within 30 s".into());
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        };
+        if status != "ok" {
+            return Err(format!(
+                "redis-server: BGSAVE failed (rdb_last_bgsave_status {status:?}):\n{}",
+                self.server.log()
+            )
+            .into());
+        }
+        let over = Duration::from_secs(state.last_save + 1) + Duration::from_millis(20);
+        if let Some(wait) = over.checked_sub(unix_now()) {
+            tokio::time::sleep(wait).await;
+        }
+        Ok(())
+    }
+
     /// `INFO commandstats` now.
     pub fn command_stats(&self) -> CommandStats {
         CommandStats::parse(&self.server.cli(&["INFO", "commandstats"]))

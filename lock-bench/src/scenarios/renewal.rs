@@ -186,12 +186,12 @@ async fn hold(
 
     let before = ctx.command_stats();
     let cpu0 = measure::process_cpu();
-    let server_cpu0 = measure::other_process_cpu(ctx.server.pid());
+    let server_cpu0 = ctx.server_cpu();
     let started = Instant::now();
     tokio::time::sleep(window).await;
     let window = started.elapsed();
     let client_cpu = measure::process_cpu() - cpu0;
-    let server_cpu = measure::other_process_cpu(ctx.server.pid()).saturating_sub(server_cpu0);
+    let server_cpu = ctx.server_cpu().saturating_sub(server_cpu0);
     let stats = before.delta(&ctx.command_stats()).of_runtime(true);
     let lost = guards.iter().filter(|g| g.is_lost()).count();
     let renewing = locks.held();

@@ -7,7 +7,7 @@ use tokio::task::JoinSet;
 
 use crate::contenders::BenchError;
 use crate::measure::{self, CommandStats};
-use crate::scenarios::{Contender, Ctx, Rng};
+use crate::scenarios::{Contender, Ctx, Persistence, Rng};
 
 /// Concurrent tasks.
 pub const TASKS: usize = 64;
@@ -36,6 +36,8 @@ pub struct Throughput {
     pub rows: Vec<ThroughputRow>,
     /// How long each contender ran per round.
     pub duration: Duration,
+    /// The server's snapshots over the measured rounds.
+    pub persistence: Persistence,
 }
 
 /// Runs `TASKS` tasks of `contender`, task `i` on random names from
@@ -98,6 +100,8 @@ pub async fn run(ctx: &Ctx) -> Result<Throughput, BenchError> {
             })
             .collect(),
     );
+    // A server with a save policy has just saved (see `Ctx::fresh_save`).
+    ctx.fresh_save().await?;
     for contender in &contenders {
         burst(contender, &pools, None, 0).await?;
     }
@@ -113,17 +117,17 @@ pub async fn run(ctx: &Ctx) -> Result<Throughput, BenchError> {
             elapsed: Duration::ZERO,
         })
         .collect();
+    let saves_before = ctx.save_state();
     for round in 0..rounds {
         for offset in 0..contenders.len() {
             let i = (round + offset) % contenders.len();
             let before = ctx.command_stats();
             let cpu = measure::process_cpu();
-            let server_cpu = measure::other_process_cpu(ctx.server.pid());
+            let server_cpu = ctx.server_cpu();
             let (pairs, took) =
                 burst(&contenders[i], &pools, Some(duration), round as u64 + 1).await?;
             rows[i].client_cpu += measure::process_cpu() - cpu;
-            rows[i].server_cpu +=
-                measure::other_process_cpu(ctx.server.pid()).saturating_sub(server_cpu);
+            rows[i].server_cpu += ctx.server_cpu().saturating_sub(server_cpu);
             rows[i].elapsed += took;
             let after = ctx.command_stats();
             rows[i]
@@ -133,5 +137,10 @@ pub async fn run(ctx: &Ctx) -> Result<Throughput, BenchError> {
             rows[i].rounds.push(pairs as f64 / took.as_secs_f64());
         }
     }
-    Ok(Throughput { rows, duration })
+    let persistence = Persistence::between(&ctx.save, saves_before, ctx.save_state());
+    Ok(Throughput {
+        rows,
+        duration,
+        persistence,
+    })
 }

@@ -4,7 +4,7 @@ use std::time::{Duration, Instant};
 
 use crate::contenders::{BenchError, Floor};
 use crate::measure::{self, CommandStats, Samples, us};
-use crate::scenarios::{Contender, Ctx, Rng};
+use crate::scenarios::{Contender, Ctx, Persistence, Rng};
 
 /// One contender's latencies.
 pub struct LatencyRow {
@@ -34,6 +34,8 @@ pub struct Uncontended {
     pub per_round: usize,
     /// Names the keys are drawn from.
     pub pool: usize,
+    /// The server's snapshots over the measured rounds.
+    pub persistence: Persistence,
 }
 
 /// Runs the scenario: every contender does `per_round` pairs per round, in
@@ -53,6 +55,8 @@ pub async fn run(ctx: &Ctx) -> Result<Uncontended, BenchError> {
     let pool: Vec<String> = (0..ctx.size(2048, 512))
         .map(|_| rng.key("bench:u"))
         .collect();
+    // A server with a save policy has just saved (see `Ctx::fresh_save`).
+    ctx.fresh_save().await?;
     for contender in &contenders {
         for key in &pool {
             contender.pair(key).await?;
@@ -71,6 +75,7 @@ pub async fn run(ctx: &Ctx) -> Result<Uncontended, BenchError> {
         })
         .collect();
     let mut rtt = Samples::with_capacity(rounds * 20);
+    let saves_before = ctx.save_state();
     for round in 0..rounds {
         for _ in 0..20 {
             let t = Instant::now();
@@ -86,15 +91,14 @@ pub async fn run(ctx: &Ctx) -> Result<Uncontended, BenchError> {
             let before = ctx.command_stats();
             let mut samples = Samples::with_capacity(per_round);
             let cpu = measure::process_cpu();
-            let server_cpu = measure::other_process_cpu(ctx.server.pid());
+            let server_cpu = ctx.server_cpu();
             for key in &round_keys {
                 let t = Instant::now();
                 contender.pair(key).await?;
                 samples.push(t.elapsed());
             }
             let client_cpu = measure::process_cpu() - cpu;
-            let server_cpu =
-                measure::other_process_cpu(ctx.server.pid()).saturating_sub(server_cpu);
+            let server_cpu = ctx.server_cpu().saturating_sub(server_cpu);
             let after = ctx.command_stats();
             let row = &mut rows[i];
             row.client_cpu += client_cpu;
@@ -105,11 +109,13 @@ pub async fn run(ctx: &Ctx) -> Result<Uncontended, BenchError> {
             row.samples.extend(&samples);
         }
     }
+    let persistence = Persistence::between(&ctx.save, saves_before, ctx.save_state());
     Ok(Uncontended {
         rows,
         rtt,
         rounds,
         per_round,
         pool: pool.len(),
+        persistence,
     })
 }
