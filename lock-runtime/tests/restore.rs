@@ -96,6 +96,14 @@ async fn a_lock_granted_after_the_snapshot_is_not_granted_again_within_the_quara
         panic!("not named as the quarantine: {refused}");
     };
     assert!(left > Duration::ZERO && left <= QUARANTINE, "{left:?}");
+    // The client's health reports it too.
+    let health = newcomer.health().await;
+    assert!(
+        health
+            .quarantine_left
+            .is_some_and(|left| left <= QUARANTINE),
+        "{health:?}"
+    );
     assert!(
         refused.to_string().contains("restart quarantine"),
         "{refused}"

@@ -1,12 +1,13 @@
 //! The client: connections, background tasks, and the entry point for locks.
 
 use std::fmt;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use redis::ConnectionInfo;
 use redis::aio::ConnectionLike;
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
@@ -67,6 +68,47 @@ pub(crate) struct Inner {
     pub(crate) registry: Arc<Registry>,
     next_scope: AtomicU64,
     shutdown: CancellationToken,
+    /// [`LockClient::shutdown`] was called: no more locks are taken.
+    pub(crate) closed: AtomicBool,
+    /// Cancelled when the client shuts down: waits under way end.
+    pub(crate) closing: CancellationToken,
+    /// Until when the restart quarantine keeps locks closed, as the last
+    /// acquisition that met it was told.
+    quarantine_until: Mutex<Option<Instant>>,
+}
+
+impl Inner {
+    /// Stops the watchdog and the subscriber.
+    pub(crate) fn stop(&self) {
+        self.shutdown.cancel();
+    }
+
+    /// The client is shut down: acquisitions fail.
+    pub(crate) fn check_open(&self) -> Result<(), LockError> {
+        if self.closed.load(Ordering::Acquire) {
+            return Err(LockError::ShutDown);
+        }
+        Ok(())
+    }
+
+    /// An acquisition found the restart quarantine closing the locks until
+    /// `until`.
+    pub(crate) fn met_quarantine(&self, until: Instant) {
+        *self
+            .quarantine_until
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = Some(until);
+    }
+
+    /// How much longer the restart quarantine lasts, if the last
+    /// acquisition that met it said it is not over at `now`.
+    pub(crate) fn quarantine_left(&self, now: Instant) -> Option<Duration> {
+        let until = *self
+            .quarantine_until
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        until.filter(|until| *until > now).map(|until| until - now)
+    }
 }
 
 impl Drop for Inner {
@@ -631,6 +673,9 @@ impl LockClient {
                 registry,
                 next_scope: AtomicU64::new(1),
                 shutdown,
+                closed: AtomicBool::new(false),
+                closing: CancellationToken::new(),
+                quarantine_until: Mutex::new(None),
             }),
         })
     }

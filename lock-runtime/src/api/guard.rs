@@ -52,6 +52,10 @@ pub struct LockGuard {
     /// Until when the locks stay taken at least, even when released sooner
     /// (`LockRequest::hold_at_least`).
     keep_until: Option<Instant>,
+    /// Cancelled when the critical section ends (see
+    /// [`cancellation_token`](LockGuard::cancellation_token)); made on
+    /// first use, as the lost token is.
+    ended: std::sync::OnceLock<CancellationToken>,
 }
 
 impl fmt::Debug for LockGuard {
@@ -83,6 +87,7 @@ impl LockGuard {
             done: false,
             telemetry,
             keep_until: None,
+            ended: std::sync::OnceLock::new(),
         }
     }
 
@@ -261,6 +266,42 @@ impl LockGuard {
     }
 
     /// Cancelled when any of the locks is lost.
+    /// A token cancelled when the critical section ends: the lock (any of
+    /// the locks) is lost, or this guard is released or dropped. Hand it to
+    /// work spawned inside the critical section, which outlives the
+    /// guard's own future otherwise, so that it stops with the section.
+    /// Each call gives a child of the section's token: cancelling it stops
+    /// only its own holders.
+    ///
+    /// ```no_run
+    /// # async fn run(locks: lock_runtime::LockClient) -> Result<(), lock_runtime::LockError> {
+    /// let guard = locks.lock("report:2026-11").acquire().await?;
+    /// let stop = guard.cancellation_token();
+    /// let worker = tokio::spawn(async move {
+    ///     tokio::select! {
+    ///         _ = stop.cancelled() => {} // lost, or released: stop writing
+    ///         _ = write_report() => {}
+    ///     }
+    /// });
+    /// worker.await.ok();
+    /// guard.release().await?;
+    /// # Ok(())
+    /// # }
+    /// # async fn write_report() {}
+    /// ```
+    pub fn cancellation_token(&self) -> CancellationToken {
+        self.ended
+            .get_or_init(|| self.lost_token().child_token())
+            .child_token()
+    }
+
+    /// The critical section is over: work handed its token stops.
+    fn end_section(&self) {
+        if let Some(ended) = self.ended.get() {
+            ended.cancel();
+        }
+    }
+
     fn lost_token(&self) -> &CancellationToken {
         self.group
             .as_ref()
@@ -349,6 +390,7 @@ impl LockGuard {
     /// found already expired or taken over; connection errors when Redis
     /// could not be told, in which case the lock expires after its lease.
     pub async fn release(mut self) -> Result<(), LockError> {
+        self.end_section();
         self.done = true;
         let lost_before = self.is_lost().then(|| self.lost_error());
         let last = stop_renewing(&self.client, &self.held);
@@ -591,6 +633,7 @@ async fn hand_on(
 
 impl Drop for LockGuard {
     fn drop(&mut self) {
+        self.end_section();
         if self.done {
             return;
         }

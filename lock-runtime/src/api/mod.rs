@@ -11,6 +11,7 @@ pub(crate) mod client;
 pub(crate) mod guard;
 pub(crate) mod install;
 pub(crate) mod leader;
+pub(crate) mod lifecycle;
 pub mod private;
 pub(crate) mod request;
 pub(crate) mod scope;

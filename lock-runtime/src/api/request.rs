@@ -7,7 +7,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tracing::Instrument;
 
-use crate::api::client::LockClient;
+use crate::api::client::{Inner, LockClient};
 use crate::api::guard::{LockGuard, renewals};
 use crate::api::scope;
 use crate::base::config::{MAX_LEASE, Replicas};
@@ -275,7 +275,13 @@ impl LockRequest {
         let level = self.client.inner.config.span_level;
         let acquiring = Acquiring::start(self.kind, &self.label, level);
         let span = acquiring.span().clone();
-        let result = self.acquire_inner(&span).instrument(span.clone()).await;
+        let client = self.client.clone();
+        let mut result = self.acquire_inner(&span).instrument(span.clone()).await;
+        // Granted while the client was shutting down (a release of its own
+        // handed it on, or the grant crossed the shutdown): given back.
+        if result.is_ok() && client.inner.check_open().is_err() {
+            result = Err(LockError::ShutDown);
+        }
         match &result {
             Ok(guard) => {
                 let fences = guard.fences();
@@ -403,11 +409,11 @@ impl LockRequest {
                     return Ok(guard);
                 }
                 Ok(Outcome::Busy { ttl, quarantined }) if self.wait.is_zero() => {
-                    return Err(self.timeout(started, closed_until(quarantined, ttl)));
+                    return Err(self.timeout(started, closed_until(inner, quarantined, ttl)));
                 }
                 Ok(Outcome::Busy { ttl, quarantined }) => {
                     first_busy = ttl;
-                    closed = closed_until(quarantined, ttl);
+                    closed = closed_until(inner, quarantined, ttl);
                 }
                 Ok(Outcome::Abandon(err)) | Err(err)
                     if self.wait.is_zero() || !err.is_unavailable() || scoped.is_some() =>
@@ -452,6 +458,7 @@ impl LockRequest {
         tokio::select! {
             _ = watch.subscribed() => {}
             _ = tokio::time::sleep_until(deadline) => {}
+            _ = inner.closing.cancelled() => return Err(LockError::ShutDown),
         }
         let mut backoff = RETRY_AFTER_ERROR;
         let mut last_error: Option<LockError>;
@@ -509,7 +516,7 @@ impl LockRequest {
                 // Sleep until the holder's lease would run out at the latest.
                 Ok(Outcome::Busy { ttl, quarantined }) => {
                     last_error = None;
-                    closed = closed_until(quarantined, ttl);
+                    closed = closed_until(inner, quarantined, ttl);
                     tracing::trace!(?ttl, live = watch.is_live(), "still busy");
                     ttl.map_or(deadline, |ttl| now + ttl + Duration::from_millis(1))
                 }
@@ -558,6 +565,8 @@ impl LockRequest {
                 _ = released => None,
                 _ = tokio::time::sleep_until(wake.min(deadline)) => None,
                 answer = answer_to(&mut offered) => Some(answer),
+                // Taken back like any withdrawn offer (see `Offered`).
+                _ = inner.closing.cancelled() => return Err(LockError::ShutDown),
             };
             // Not answered yet: withdrawn before trying again, or, when a
             // release took it meanwhile, its answer awaited (trying under
@@ -663,6 +672,7 @@ impl LockRequest {
         span: &tracing::Span,
     ) -> Result<Outcome, LockError> {
         let inner = &self.client.inner;
+        inner.check_open()?;
         let sent = Instant::now();
         let backend = &inner.backend;
         let replicas = inner.config.replicas(self.replicas);
@@ -853,9 +863,14 @@ impl LockRequest {
 }
 
 /// Until when the restart quarantine keeps locks closed, from an attempt
-/// that found only it in the way (see [`Outcome::Busy`]).
-fn closed_until(quarantined: bool, ttl: Option<Duration>) -> Option<Instant> {
-    quarantined.then(|| Instant::now() + ttl.unwrap_or_default())
+/// that found only it in the way (see [`Outcome::Busy`]); the client's
+/// health reports it.
+fn closed_until(inner: &Inner, quarantined: bool, ttl: Option<Duration>) -> Option<Instant> {
+    let until = quarantined.then(|| Instant::now() + ttl.unwrap_or_default());
+    if let Some(until) = until {
+        inner.met_quarantine(until);
+    }
+    until
 }
 
 /// The answer to a waiter's offer, if it made one; otherwise never.

@@ -140,6 +140,10 @@ pub enum LockError {
         #[source]
         last: Box<LockError>,
     },
+    /// The client was shut down ([`LockClient::shutdown`](crate::LockClient::shutdown)):
+    /// it takes no more locks, and waits that were under way ended.
+    #[error("the lock client was shut down")]
+    ShutDown,
     /// A lock name or option that cannot be used.
     #[error("invalid lock configuration: {0}")]
     Config(String),
@@ -196,6 +200,9 @@ pub enum LossReason {
     /// [`fixed_lease`](crate::LockRequest::fixed_lease) (`lock_at_most` of
     /// the attribute) and held to the end of it.
     LeaseEnded,
+    /// Its client was shut down ([`LockClient::shutdown`](crate::LockClient::shutdown)),
+    /// which gave the lock back.
+    ShutDown,
 }
 
 impl fmt::Display for LossReason {
@@ -208,6 +215,7 @@ impl fmt::Display for LossReason {
                 "taking it again inside its critical section found it deleted or held by another owner"
             }
             LossReason::LeaseEnded => "its fixed lease ran out",
+            LossReason::ShutDown => "its client was shut down",
         })
     }
 }
@@ -253,7 +261,10 @@ impl LockError {
             | LockError::CommandTimeout { key, .. }
             | LockError::Redis { key, .. }
             | LockError::NotReplicated { key, .. } => key.as_deref(),
-            LockError::NotInstalled | LockError::Auth { .. } | LockError::Config(_) => None,
+            LockError::NotInstalled
+            | LockError::Auth { .. }
+            | LockError::ShutDown
+            | LockError::Config(_) => None,
         }
     }
 

@@ -218,6 +218,7 @@ fn error_label(err: &LockError) -> &'static str {
         LockError::CommandTimeout { .. } => "command_timeout",
         LockError::NotReplicated { .. } => "not_replicated",
         LockError::NoQuorum { .. } => "no_quorum",
+        LockError::ShutDown => "shut_down",
         LockError::Config(_) => "config",
         LockError::Redis { .. } => "redis",
     }
@@ -230,6 +231,7 @@ fn reason_label(reason: LossReason) -> &'static str {
         LossReason::NotHeldAtRelease => "not_held_at_release",
         LossReason::NotHeldAtReentry => "not_held_at_reentry",
         LossReason::LeaseEnded => "lease_ended",
+        LossReason::ShutDown => "shut_down",
     }
 }
 

@@ -195,6 +195,23 @@ impl Backend {
         }
     }
 
+    /// Whether the deployment answers commands: every store of one server
+    /// or a Cluster, a quorum of Redlock masters; otherwise the first
+    /// failure.
+    pub(crate) async fn ping(&self) -> Result<(), LockError> {
+        let nodes = self.nodes();
+        let answers = futures_util::future::join_all(nodes.iter().map(Node::ping)).await;
+        let needed = match &*self.topology {
+            Topology::Quorum(nodes) => nodes.len() / 2 + 1,
+            _ => nodes.len(),
+        };
+        let answered = answers.iter().filter(|answer| answer.is_ok()).count();
+        match answers.into_iter().find_map(Result::err) {
+            Some(err) if answered < needed => Err(err),
+            _ => Ok(()),
+        }
+    }
+
     /// Takes every lock of `attempt` or none.
     pub(crate) async fn acquire(&self, attempt: &Attempt<'_>) -> Result<Acquired, LockError> {
         let locks = attempt.locks;

@@ -141,6 +141,9 @@ pub(crate) struct Pending {
 pub(crate) struct Wakeups {
     channels: Arc<Channels>,
     commands: mpsc::UnboundedSender<Command>,
+    /// Enough subscriber connections are up for release messages to
+    /// arrive (as far as the subscriber task knows).
+    connected: Arc<AtomicBool>,
 }
 
 impl std::fmt::Debug for Command {
@@ -163,6 +166,7 @@ impl Wakeups {
         let wakeups = Wakeups {
             channels: channels.clone(),
             commands,
+            connected: Arc::new(AtomicBool::new(false)),
         };
         (wakeups, Pending { receiver })
     }
@@ -216,12 +220,21 @@ impl Wakeups {
             needed,
             timeout,
         };
+        self.connected.store(stores.enough(), Ordering::Relaxed);
         tokio::spawn(subscriber(
             stores,
             pending.receiver,
             self.channels.clone(),
+            self.connected.clone(),
             shutdown,
         ));
+    }
+
+    /// Whether enough subscriber connections are up for release messages
+    /// to arrive. A connection that dropped counts as down until it is
+    /// subscribed again.
+    pub(crate) fn is_connected(&self) -> bool {
+        self.connected.load(Ordering::Relaxed)
     }
 
     /// Whether tasks of this process wait for the lock with release channel
@@ -551,6 +564,7 @@ async fn subscriber(
     mut stores: Stores,
     mut commands: mpsc::UnboundedReceiver<Command>,
     channels: Arc<Channels>,
+    connected: Arc<AtomicBool>,
     shutdown: CancellationToken,
 ) {
     let mut batch = Vec::new();
@@ -559,6 +573,7 @@ async fn subscriber(
     check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     check.reset();
     loop {
+        connected.store(stores.enough(), Ordering::Relaxed);
         // Stores that lost their subscriptions are retried on a timer,
         // between commands, so one store that stays down holds up no other.
         let retry = stores.live.iter().any(|live| !live);

@@ -9,6 +9,7 @@
 //! is declared lost right then, before Redis could hand it to someone else.
 
 use std::hash::{BuildHasher, RandomState};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
@@ -175,7 +176,7 @@ impl Held {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    fn declare_lost(&self, reason: LossReason) {
+    pub(crate) fn declare_lost(&self, reason: LossReason) {
         if self.reason.set(reason).is_ok() {
             tracing::warn!(parent: self.tracked.span(), key = %self.name, fence = self.fence, %reason, "lock lost");
             self.tracked.lost(reason);
@@ -233,6 +234,8 @@ struct Entries {
 pub(crate) struct Registry {
     held: Mutex<Entries>,
     changed: Notify,
+    /// How late (µs) the watchdog's last timed pass ran after it was due.
+    late_us: AtomicU64,
 }
 
 /// What a newly confirmed acquisition brings to the registry.
@@ -443,6 +446,34 @@ impl Registry {
         self.entries().map.len()
     }
 
+    /// Every lock held now.
+    pub(crate) fn snapshot(&self) -> Vec<Arc<Held>> {
+        self.entries().map.iter().cloned().collect()
+    }
+
+    /// Takes every lock out of the watchdog's care and returns them (the
+    /// client is shutting down).
+    pub(crate) fn drain(&self) -> Vec<Arc<Held>> {
+        let mut entries = self.entries();
+        let drained: Vec<Arc<Held>> = entries.map.drain().collect();
+        for held in &drained {
+            held.tracked.unheld();
+        }
+        entries.next_wake = None;
+        drained
+    }
+
+    /// How late the watchdog runs at `now`: its last timed pass after it
+    /// was due, or, when a pass is overdue now (the runtime is starved or
+    /// blocked), how long overdue. Renewals are that much late too.
+    pub(crate) fn lag(&self, now: Instant) -> Duration {
+        let overdue = self
+            .entries()
+            .next_wake
+            .map_or(Duration::ZERO, |due| now.saturating_duration_since(due));
+        Duration::from_micros(self.late_us.load(Ordering::Relaxed)).max(overdue)
+    }
+
     /// One pass of the watchdog at `now`: declares overdue locks lost, takes
     /// the locks due for renewal (and those due soon, so that they join the
     /// same round trip), and says when the next pass is needed.
@@ -501,11 +532,17 @@ pub(crate) async fn run(registry: Arc<Registry>, backend: Backend, shutdown: Can
             tokio::spawn(renew(registry.clone(), backend.clone(), batch.to_vec()));
         }
         let changed = registry.changed.notified();
-        tokio::select! {
+        let timed = tokio::select! {
             _ = shutdown.cancelled() => return,
-            _ = changed => {}
-            _ = sleep_until(next) => {}
-        }
+            _ = changed => false,
+            _ = sleep_until(next) => true,
+        };
+        let late = match next {
+            Some(due) if timed => Instant::now().saturating_duration_since(due),
+            _ => Duration::ZERO,
+        };
+        let late_us = u64::try_from(late.as_micros()).unwrap_or(u64::MAX);
+        registry.late_us.store(late_us, Ordering::Relaxed);
     }
 }
 

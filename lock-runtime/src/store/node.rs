@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::future::BoxFuture;
+use redis::cluster_routing::{MultipleNodeRoutingInfo, RoutingInfo};
 use redis::{ErrorKind, FromRedisValue, ServerErrorKind, Value};
 
 use crate::base::config::Replicas;
@@ -182,6 +183,23 @@ impl Node {
             .await;
         let value = reply.map_err(|failure| failure.error(Some(name), self.timeout))?;
         redis::from_redis_value(value).map_err(|err| LockError::from_redis(Some(name), err.into()))
+    }
+
+    /// Whether the store answers its command connection: a `PING` (on a
+    /// Cluster, to every master) within the command timeout.
+    pub(crate) async fn ping(&self) -> Result<(), LockError> {
+        let mut conn = self.conn.clone();
+        let ping = redis::cmd("PING");
+        match &mut conn {
+            Conn::Cluster(cluster) => {
+                let everywhere =
+                    RoutingInfo::MultiNode((MultipleNodeRoutingInfo::AllMasters, None));
+                within(self.timeout, None, cluster.route_command(ping, everywhere))
+                    .await
+                    .map(drop)
+            }
+            _ => within(self.timeout, None, ping.query_async::<()>(&mut conn)).await,
+        }
     }
 
     /// `INFO section` of every server behind this node.

@@ -1,0 +1,196 @@
+//! A client in a service's life: shutdown gives back what it holds and
+//! stops its holders and waiters; health says what a readiness probe
+//! needs; a guard's cancellation token ends with its critical section.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{client, ok, start_server_with_clients, within};
+use lock_runtime::{LockClient, LockError, LossReason};
+use lock_testkit::{RedisServer, unique_key};
+
+/// Polls `done` every 20 ms until it holds, failing after 10 s.
+async fn until(what: &str, mut done: impl AsyncFnMut() -> bool) {
+    for _ in 0..500 {
+        if done().await {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    panic!("{what}: not within 10 s");
+}
+
+/// Waits until `watcher` sees a client subscribed to `name`'s release
+/// channel: a waiter that is really waiting.
+async fn a_waiter_shows(server: &RedisServer, watcher: &LockClient, name: &str) {
+    until("a waiter shows", async || {
+        ok(server, watcher.inspect(name).await).is_some_and(|info| info.waiters.subscribers > 0)
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_stops_the_holders_and_gives_back_every_lock_at_once() {
+    let (server, [locks, other]) = start_server_with_clients().await;
+    let lease = Duration::from_secs(30);
+    let (body, kept) = (unique_key("body"), unique_key("kept"));
+    // A body that stops when its lock is lost, as the attribute's does.
+    let guard = ok(
+        &server,
+        locks.lock(body.as_str()).lease(lease).acquire().await,
+    );
+    let holder = tokio::spawn(async move {
+        guard.lost().await;
+        let reason = match guard.lost_error() {
+            LockError::Lost { reason, .. } => reason,
+            other => panic!("not a loss: {other}"),
+        };
+        drop(guard);
+        reason
+    });
+    // A guard kept past the loss: the shutdown gives its lock back itself.
+    let stuck = ok(
+        &server,
+        locks.lock(kept.as_str()).lease(lease).acquire().await,
+    );
+    // Another instance waits for the first lock.
+    let waiter = {
+        let (other, body) = (other.clone(), body.clone());
+        tokio::spawn(async move {
+            other
+                .lock(body.as_str())
+                .wait(Duration::from_secs(20))
+                .acquire()
+                .await
+        })
+    };
+    a_waiter_shows(&server, &other, &body).await;
+
+    ok(&server, locks.shutdown().await);
+    let reason = within(&server, Duration::from_secs(5), "holder told", holder)
+        .await
+        .expect("holder task");
+    assert_eq!(reason, LossReason::ShutDown);
+    // Taken by the waiter long before the lease would have run out.
+    let taken = within(&server, Duration::from_secs(5), "waiter", waiter)
+        .await
+        .expect("waiter task");
+    ok(&server, ok(&server, taken).release().await);
+    let again = ok(&server, other.lock(kept.as_str()).try_acquire().await);
+    let again = again.expect("the kept guard's lock was given back");
+    ok(&server, again.release().await);
+    // The kept guard learns it on release.
+    assert!(stuck.is_lost());
+    let released = stuck
+        .release()
+        .await
+        .expect_err("given back by the shutdown");
+    assert!(
+        matches!(
+            released,
+            LockError::Lost {
+                reason: LossReason::ShutDown,
+                ..
+            }
+        ),
+        "{released}"
+    );
+    assert_eq!(locks.held(), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_shutdown_nothing_is_taken_and_waiters_end() {
+    let (server, [locks, other]) = start_server_with_clients().await;
+    let name = unique_key("busy");
+    let held = ok(&server, other.lock(name.as_str()).acquire().await);
+    let waiter = {
+        let (locks, name) = (locks.clone(), name.clone());
+        tokio::spawn(async move {
+            locks
+                .lock(name.as_str())
+                .wait(Duration::from_secs(30))
+                .acquire()
+                .await
+        })
+    };
+    a_waiter_shows(&server, &other, &name).await;
+    assert!(locks.health().await.is_ready());
+
+    ok(&server, locks.shutdown().await);
+    let ended = within(&server, Duration::from_secs(5), "waiter ends", waiter)
+        .await
+        .expect("waiter task");
+    assert!(matches!(ended, Err(LockError::ShutDown)), "{ended:?}");
+    let refused = locks.lock(unique_key("fresh")).acquire().await;
+    assert!(matches!(refused, Err(LockError::ShutDown)), "{refused:?}");
+    // Clones share the client.
+    let clone = locks.clone();
+    let refused = clone.lock(unique_key("fresh")).try_acquire().await;
+    assert!(matches!(refused, Err(LockError::ShutDown)), "{refused:?}");
+    let health = locks.health().await;
+    assert!(health.shut_down && !health.is_ready(), "{health:?}");
+    // A second shutdown does nothing more.
+    ok(&server, locks.shutdown().await);
+    ok(&server, held.release().await);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn health_says_when_redis_stops_answering() {
+    let server = RedisServer::start();
+    let locks = client(&server).await;
+    let health = locks.health().await;
+    assert!(health.is_ready(), "{health:?}");
+    assert!(health.subscriber_connected, "{health:?}");
+    assert_eq!(health.commands_error, None);
+    assert_eq!(health.quarantine_left, None);
+    let guard = ok(&server, locks.lock(unique_key("held")).acquire().await);
+    assert_eq!(locks.health().await.held, 1);
+
+    server.pause();
+    let health = locks.health().await;
+    server.resume();
+    assert!(!health.is_ready(), "{health:?}");
+    assert!(health.commands_error.is_some(), "{health:?}");
+
+    until("ready again", async || locks.health().await.is_ready()).await;
+    ok(&server, guard.release().await);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_guard_s_cancellation_token_ends_with_its_critical_section() {
+    let (server, [locks, operator]) = start_server_with_clients().await;
+    // Released.
+    let guard = ok(&server, locks.lock(unique_key("released")).acquire().await);
+    let (first, second) = (guard.cancellation_token(), guard.cancellation_token());
+    // A child cancelled by its holder stops only its own holders.
+    second.cancel();
+    assert!(!first.is_cancelled());
+    assert!(!guard.is_lost());
+    ok(&server, guard.release().await);
+    assert!(first.is_cancelled());
+
+    // Dropped.
+    let guard = ok(&server, locks.lock(unique_key("dropped")).acquire().await);
+    let token = guard.cancellation_token();
+    drop(guard);
+    assert!(token.is_cancelled());
+
+    // Lost: an operator removed the lock; the next renewal finds it gone.
+    let name = unique_key("lost");
+    let guard = ok(
+        &server,
+        locks
+            .lock(name.as_str())
+            .lease(Duration::from_secs(1))
+            .acquire()
+            .await,
+    );
+    let token = guard.cancellation_token();
+    assert!(ok(&server, operator.force_release(&name).await));
+    within(&server, Duration::from_secs(5), "token cancelled", async {
+        token.cancelled().await
+    })
+    .await;
+    assert!(guard.is_lost());
+}
