@@ -5,16 +5,20 @@
 //! metric. A metric renamed, removed or added fails here, not in someone's
 //! Grafana. No Redis needed.
 //!
-//! The parsers are small and strict on purpose: JSON in full, YAML in the
-//! subset alert rules use (block mappings and lists, plain and quoted
-//! scalars, `|` and `>` blocks), PromQL down to its tokens, brackets and
-//! selectors. `promtool check rules ops/prometheus/alerts.yml` is the full
-//! check of the PromQL; this one knows what the library records.
+//! serde_json reads the dashboard (with no key repeated in an object) and
+//! yaml_serde the rules, into structs that reject a key Prometheus does not
+//! know; PromQL is checked here down to its tokens, brackets and selectors.
+//! `promtool check rules ops/prometheus/alerts.yml` is the full check of the
+//! PromQL; this one knows what the library records.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
 use std::path::Path;
 
 use lock_runtime::metric_names;
+use serde::Deserialize;
+use serde::de::{self, IgnoredAny, MapAccess, SeqAccess, Visitor};
+use serde_json::Value;
 
 const DASHBOARD: &str = "ops/grafana/lock-runtime.json";
 const ALERTS: &str = "ops/prometheus/alerts.yml";
@@ -169,68 +173,32 @@ fn the_metric_table_is_the_librarys() {
 
 #[test]
 fn dashboard_queries_read_only_what_the_library_records() {
-    let dashboard = load_json(DASHBOARD);
-    let mut problems = Vec::new();
-    check_dashboard_structure(&dashboard, &mut problems);
-    for query in dashboard_queries(&dashboard, &mut problems) {
-        let reads = query.check();
-        for problem in reads.problems {
-            problems.push(format!("{}: {problem}", query.place));
-        }
-    }
-    assert_clean(DASHBOARD, &problems);
+    assert_clean(DASHBOARD, &check_dashboard(&load_json(DASHBOARD)));
 }
 
 #[test]
 fn dashboard_shows_every_metric() {
-    let dashboard = load_json(DASHBOARD);
-    let mut problems = Vec::new();
-    let mut shown = BTreeSet::new();
-    for query in dashboard_queries(&dashboard, &mut problems) {
-        if query.panel {
-            shown.extend(query.check().metrics);
-        }
-    }
-    for name in metric_names::ALL {
-        if !shown.contains(name) {
-            problems.push(format!(
-                "no panel reads `{name}`: give the new metric a panel (and a line in {README})"
-            ));
-        }
-    }
-    assert_clean(DASHBOARD, &problems);
+    assert_clean(DASHBOARD, &unshown_metrics(&load_json(DASHBOARD)));
 }
 
 #[test]
 fn alert_rules_are_well_formed_and_read_only_what_the_library_records() {
-    let text = read(ALERTS);
-    let rules = parse_yaml(&text)
-        .unwrap_or_else(|err| panic!("{ALERTS} is not YAML this test can read: {err}"));
     let mut problems = Vec::new();
-    let alerts = check_alerts(&rules, &mut problems);
-    if alerts.is_empty() {
-        problems.push("no alert rules".to_owned());
-    }
+    check_alerts(&read(ALERTS), &mut problems);
     assert_clean(ALERTS, &problems);
 }
 
 #[test]
 fn readme_names_every_panel_and_alert() {
     let readme = read(README);
-    let mut problems = Vec::new();
-    let dashboard = load_json(DASHBOARD);
-    let mut titles = Vec::new();
-    panel_titles(
-        dashboard.get("panels").and_then(Json::array).unwrap_or(&[]),
-        &mut titles,
-    );
-    let rules = parse_yaml(&read(ALERTS)).unwrap_or_else(|err| panic!("{ALERTS}: {err}"));
-    let alerts = check_alerts(&rules, &mut Vec::new());
-    for name in titles.iter().chain(&alerts) {
-        if !readme.contains(name.as_str()) {
-            problems.push(format!("does not mention `{name}`"));
-        }
-    }
+    let mut names = Vec::new();
+    panel_titles(items(&load_json(DASHBOARD)["panels"]), &mut names);
+    names.extend(check_alerts(&read(ALERTS), &mut Vec::new()));
+    let problems: Vec<String> = names
+        .iter()
+        .filter(|name| !readme.contains(name.as_str()))
+        .map(|name| format!("does not mention `{name}`"))
+        .collect();
     assert_clean(README, &problems);
 }
 
@@ -278,11 +246,105 @@ fn the_checks_catch_drift() {
 
     assert!(parse_json(r#"{"a": [1, 2,]}"#).is_err(), "a trailing comma");
     assert!(parse_json(r#"{"a": 1, "a": 2}"#).is_err(), "a repeated key");
-    let yaml = parse_yaml("a:\n  - b: |\n      x\n      y\n    c: 'it''s'\n").unwrap();
-    let item = &yaml.get("a").and_then(Yaml::list).unwrap()[0];
-    assert_eq!(item.get("b").and_then(Yaml::scalar), Some("x\ny\n"));
-    assert_eq!(item.get("c").and_then(Yaml::scalar), Some("it's"));
-    assert!(parse_yaml("a: 1\n  b: 2\n").is_err(), "a stray indentation");
+    assert!(
+        parse_json(r#"[{"a": {"b": 1, "b": 2}}]"#).is_err(),
+        "a repeated key, deeper"
+    );
+}
+
+/// The same, through the whole check of each file: a copy of the kit with
+/// one thing broken fails, and the problem names the panel or alert and what
+/// is wrong.
+#[test]
+fn the_checks_catch_drift_in_a_copy_of_the_kit() {
+    let dashboard = |from: &str, to: &str| {
+        parse_json(&broken(DASHBOARD, from, to)).unwrap_or_else(|err| panic!("{err}"))
+    };
+    let held = "lock_runtime_locks_held{";
+    let renamed = dashboard(held, "lock_runtime_held_locks{");
+    assert_caught(
+        &check_dashboard(&renamed),
+        &["\"Locks held now\"", "`lock_runtime_held_locks`"],
+    );
+    let unshown = parse_json(&read(DASHBOARD).replace(held, "lock_runtime_held_locks{")).unwrap();
+    assert_caught(&unshown_metrics(&unshown), &["`lock_runtime_locks_held`"]);
+    let legend = dashboard("{{kind}} {{cause}}", "{{kind}} {{reason}}");
+    assert_caught(
+        &check_dashboard(&legend),
+        &["\"Timeouts/s by cause\"", "legend", "`reason`"],
+    );
+    let variable = dashboard("instance=~\\\"$instance\\\"", "instance=~\\\"$host\\\"");
+    assert_caught(&check_dashboard(&variable), &["`$host`"]);
+    let err = parse_json(&broken(
+        DASHBOARD,
+        "\"refId\": \"A\"",
+        "\"refId\": \"A\", \"refId\": \"B\"",
+    ))
+    .expect_err("a repeated key");
+    assert!(err.to_string().contains("`refId` repeated"), "{err}");
+
+    let alerts = |from: &str, to: &str| {
+        let mut problems = Vec::new();
+        check_alerts(&broken(ALERTS, from, to), &mut problems);
+        problems
+    };
+    let slow = "LockRuntimeRenewalSlow";
+    assert_caught(
+        &alerts(
+            "lock_runtime_renewal_round_trip_seconds_bucket",
+            "lock_runtime_renewal_rtt_seconds_bucket",
+        ),
+        &[slow, "`lock_runtime_renewal_rtt_seconds_bucket`"],
+    );
+    assert_caught(&alerts("        for: 10m\n", ""), &[slow, "no `for:`"]);
+    assert_caught(
+        &alerts("for: 10m", "for: 10 minutes"),
+        &[slow, "not a duration"],
+    );
+    assert_caught(
+        &alerts("        for: 10m\n", "        for: 10m\n        fro: 10m\n"),
+        &[slow, "unknown field `fro`"],
+    );
+    assert_caught(
+        &alerts("severity: warning", "severity: page"),
+        &[slow, "`severity:` one of"],
+    );
+    assert_caught(
+        &alerts(
+            "description: >-\n            The 99th",
+            "descr: >-\n            The 99th",
+        ),
+        &[slow, "`description:`"],
+    );
+    assert_caught(
+        &alerts(
+            "{{ $labels.kind }} lock acquisitions",
+            "{{ $labels.reason }} lock acquisitions",
+        ),
+        &[
+            "LockRuntimeTimeoutsHigh",
+            "`annotations.summary`",
+            "`reason`",
+        ],
+    );
+    assert_caught(
+        &alerts("- alert: LockRuntimeErrors", "- alert: LockRuntimeLockLost"),
+        &["`LockRuntimeLockLost` defined twice"],
+    );
+    assert_caught(
+        &alerts(
+            "  - name: lock-runtime\n",
+            "  - name: lock-runtime\n    label: x\n",
+        ),
+        &["unknown field `label`"],
+    );
+    assert_caught(
+        &alerts(
+            "severity: critical\n",
+            "severity: critical\n          severity: info\n",
+        ),
+        &["duplicate entry with key \"severity\""],
+    );
 }
 
 // The dashboard.
@@ -314,33 +376,23 @@ impl Query {
     }
 }
 
-fn check_dashboard_structure(dashboard: &Json, problems: &mut Vec<String>) {
-    if dashboard
-        .get("schemaVersion")
-        .and_then(Json::number)
-        .is_none()
-    {
+/// Checks the dashboard's layout, variables and panels, and every query in
+/// it.
+fn check_dashboard(dashboard: &Value) -> Vec<String> {
+    let mut problems = Vec::new();
+    if !dashboard["schemaVersion"].is_number() {
         problems.push("no `schemaVersion`".to_owned());
     }
     for key in ["title", "uid"] {
-        if dashboard.get(key).and_then(Json::string).is_none() {
+        if !dashboard[key].is_string() {
             problems.push(format!("no `{key}`"));
         }
     }
-    let variables = dashboard
-        .get("templating")
-        .and_then(|templating| templating.get("list"))
-        .and_then(Json::array)
-        .unwrap_or(&[]);
-    let named = |name: &str| {
-        variables
-            .iter()
-            .find(|variable| variable.get("name").and_then(Json::string) == Some(name))
-    };
+    let variables = items(&dashboard["templating"]["list"]);
+    let named = |name: &str| variables.iter().find(|variable| variable["name"] == name);
     match named("datasource") {
-        Some(variable)
-            if variable.get("type").and_then(Json::string) == Some("datasource")
-                && variable.get("query").and_then(Json::string) == Some("prometheus") => {}
+        Some(variable) if variable["type"] == "datasource" && variable["query"] == "prometheus" => {
+        }
         _ => problems.push(
             "needs a template variable `datasource` of type `datasource`, query `prometheus`"
                 .to_owned(),
@@ -352,50 +404,64 @@ fn check_dashboard_structure(dashboard: &Json, problems: &mut Vec<String>) {
         }
     }
     let mut ids = BTreeSet::new();
-    check_panels(
-        dashboard.get("panels").and_then(Json::array).unwrap_or(&[]),
-        &mut ids,
-        problems,
-    );
+    check_panels(items(&dashboard["panels"]), &mut ids, &mut problems);
     if ids.is_empty() {
         problems.push("no panels".to_owned());
     }
+    for query in dashboard_queries(dashboard, &mut problems) {
+        for problem in query.check().problems {
+            problems.push(format!("{}: {problem}", query.place));
+        }
+    }
+    problems
 }
 
-fn check_panels(panels: &[Json], ids: &mut BTreeSet<i64>, problems: &mut Vec<String>) {
+/// The library's metrics that no panel reads.
+fn unshown_metrics(dashboard: &Value) -> Vec<String> {
+    let mut shown = BTreeSet::new();
+    for query in dashboard_queries(dashboard, &mut Vec::new()) {
+        if query.panel {
+            shown.extend(query.check().metrics);
+        }
+    }
+    metric_names::ALL
+        .into_iter()
+        .filter(|name| !shown.contains(name))
+        .map(|name| {
+            format!("no panel reads `{name}`: give the new metric a panel (and a line in {README})")
+        })
+        .collect()
+}
+
+fn check_panels(panels: &[Value], ids: &mut BTreeSet<i64>, problems: &mut Vec<String>) {
     for panel in panels {
         let place = panel_place(panel);
-        match panel.get("id").and_then(Json::number) {
+        match panel["id"].as_f64() {
             Some(id) if ids.insert(id as i64) => {}
             Some(id) => problems.push(format!("{place}: id {id} used twice")),
             None => problems.push(format!("{place}: no `id`")),
         }
-        let grid = panel.get("gridPos");
-        let cell = |key: &str| grid.and_then(|grid| grid.get(key)).and_then(Json::number);
+        let cell = |key: &str| panel["gridPos"][key].as_f64();
         match (cell("x"), cell("y"), cell("w"), cell("h")) {
             (Some(x), Some(_), Some(w), Some(_)) if x + w <= 24.0 => {}
             _ => problems.push(format!(
                 "{place}: `gridPos` needs x, y, w, h within 24 columns"
             )),
         }
-        if panel.get("type").and_then(Json::string) == Some("row") {
-            check_panels(
-                panel.get("panels").and_then(Json::array).unwrap_or(&[]),
-                ids,
-                problems,
-            );
+        if panel["type"] == "row" {
+            check_panels(items(&panel["panels"]), ids, problems);
             continue;
         }
         if !uses_the_datasource_variable(panel) {
             problems.push(format!("{place}: its datasource must be `${{datasource}}`"));
         }
-        let targets = panel.get("targets").and_then(Json::array).unwrap_or(&[]);
+        let targets = items(&panel["targets"]);
         if targets.is_empty() {
             problems.push(format!("{place}: no targets"));
         }
         let mut refs = BTreeSet::new();
         for target in targets {
-            match target.get("refId").and_then(Json::string) {
+            match target["refId"].as_str() {
                 Some(id) if refs.insert(id) => {}
                 _ => problems.push(format!("{place}: a target without a `refId` of its own")),
             }
@@ -408,28 +474,20 @@ fn check_panels(panels: &[Json], ids: &mut BTreeSet<i64>, problems: &mut Vec<Str
     }
 }
 
-fn uses_the_datasource_variable(panel: &Json) -> bool {
-    panel
-        .get("datasource")
-        .and_then(|datasource| datasource.get("uid"))
-        .and_then(Json::string)
-        == Some("${datasource}")
+fn uses_the_datasource_variable(panel: &Value) -> bool {
+    panel["datasource"]["uid"] == "${datasource}"
 }
 
-fn panel_place(panel: &Json) -> String {
-    let id = panel.get("id").and_then(Json::number).unwrap_or(f64::NAN);
-    let title = panel.get("title").and_then(Json::string).unwrap_or("");
-    format!("panel {id} \"{title}\"")
+fn panel_place(panel: &Value) -> String {
+    let title = panel["title"].as_str().unwrap_or("");
+    format!("panel {} \"{title}\"", panel["id"])
 }
 
-fn panel_titles(panels: &[Json], into: &mut Vec<String>) {
+fn panel_titles(panels: &[Value], into: &mut Vec<String>) {
     for panel in panels {
-        if panel.get("type").and_then(Json::string) == Some("row") {
-            panel_titles(
-                panel.get("panels").and_then(Json::array).unwrap_or(&[]),
-                into,
-            );
-        } else if let Some(title) = panel.get("title").and_then(Json::string) {
+        if panel["type"] == "row" {
+            panel_titles(items(&panel["panels"]), into);
+        } else if let Some(title) = panel["title"].as_str() {
             into.push(title.to_owned());
         }
     }
@@ -438,25 +496,16 @@ fn panel_titles(panels: &[Json], into: &mut Vec<String>) {
 /// Every query of the dashboard: the panels' targets (rows' panels too) and
 /// the template variables of type `query`; also checks that the Grafana
 /// variables they use are defined.
-fn dashboard_queries(dashboard: &Json, problems: &mut Vec<String>) -> Vec<Query> {
+fn dashboard_queries(dashboard: &Value, problems: &mut Vec<String>) -> Vec<Query> {
     let mut queries = Vec::new();
-    let variables = dashboard
-        .get("templating")
-        .and_then(|templating| templating.get("list"))
-        .and_then(Json::array)
-        .unwrap_or(&[]);
-    for variable in variables {
-        if variable.get("type").and_then(Json::string) != Some("query") {
-            continue;
-        }
-        let name = variable.get("name").and_then(Json::string).unwrap_or("");
-        let query = variable.get("query");
-        let expr = query.and_then(Json::string).or_else(|| {
-            query
-                .and_then(|query| query.get("query"))
-                .and_then(Json::string)
-        });
-        match expr {
+    let variables = items(&dashboard["templating"]["list"]);
+    for variable in variables
+        .iter()
+        .filter(|variable| variable["type"] == "query")
+    {
+        let name = variable["name"].as_str().unwrap_or("");
+        let query = &variable["query"];
+        match query.as_str().or_else(|| query["query"].as_str()) {
             Some(expr) => queries.push(Query {
                 place: format!("variable `{name}`"),
                 expr: expr.to_owned(),
@@ -466,14 +515,10 @@ fn dashboard_queries(dashboard: &Json, problems: &mut Vec<String>) -> Vec<Query>
             None => problems.push(format!("variable `{name}`: no query")),
         }
     }
-    collect_targets(
-        dashboard.get("panels").and_then(Json::array).unwrap_or(&[]),
-        &mut queries,
-        problems,
-    );
+    collect_targets(items(&dashboard["panels"]), &mut queries, problems);
     let defined: BTreeSet<&str> = variables
         .iter()
-        .filter_map(|variable| variable.get("name").and_then(Json::string))
+        .filter_map(|variable| variable["name"].as_str())
         .collect();
     for query in &queries {
         for variable in grafana_variables(&query.expr) {
@@ -490,25 +535,18 @@ fn dashboard_queries(dashboard: &Json, problems: &mut Vec<String>) -> Vec<Query>
     queries
 }
 
-fn collect_targets(panels: &[Json], queries: &mut Vec<Query>, problems: &mut Vec<String>) {
+fn collect_targets(panels: &[Value], queries: &mut Vec<Query>, problems: &mut Vec<String>) {
     for panel in panels {
-        collect_targets(
-            panel.get("panels").and_then(Json::array).unwrap_or(&[]),
-            queries,
-            problems,
-        );
-        for target in panel.get("targets").and_then(Json::array).unwrap_or(&[]) {
-            let id = target.get("refId").and_then(Json::string).unwrap_or("?");
+        collect_targets(items(&panel["panels"]), queries, problems);
+        for target in items(&panel["targets"]) {
+            let id = target["refId"].as_str().unwrap_or("?");
             let place = format!("{}, target {id}", panel_place(panel));
-            match target.get("expr").and_then(Json::string) {
+            match target["expr"].as_str() {
                 Some(expr) => queries.push(Query {
                     place,
                     expr: expr.to_owned(),
                     panel: true,
-                    legend: target
-                        .get("legendFormat")
-                        .and_then(Json::string)
-                        .map(str::to_owned),
+                    legend: target["legendFormat"].as_str().map(str::to_owned),
                 }),
                 None => problems.push(format!("{place}: no `expr`")),
             }
@@ -558,30 +596,65 @@ fn check_variable_query(query: &str) -> Reads {
 
 // The alert rules.
 
-/// Checks the rules; the alerts' names.
-fn check_alerts(rules: &Yaml, problems: &mut Vec<String>) -> Vec<String> {
+/// A Prometheus rule file.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RuleFile {
+    groups: Vec<Group>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Group {
+    #[serde(default)]
+    name: String,
+    /// Each read as a [`Rule`] on its own, so that a problem names its alert.
+    #[serde(default)]
+    rules: Vec<yaml_serde::Value>,
+    #[serde(rename = "interval")]
+    _interval: Option<IgnoredAny>,
+    #[serde(rename = "limit")]
+    _limit: Option<IgnoredAny>,
+}
+
+/// An alerting rule: a recording rule's `record:`, or any other key
+/// Prometheus would not take, is an error.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Rule {
+    /// Read from the rule as it is, to name it in every problem.
+    #[serde(rename = "alert")]
+    _alert: Option<String>,
+    expr: Option<String>,
+    #[serde(rename = "for")]
+    pending: Option<String>,
+    #[serde(rename = "keep_firing_for")]
+    _keep_firing_for: Option<IgnoredAny>,
+    #[serde(default)]
+    labels: BTreeMap<String, yaml_serde::Value>,
+    #[serde(default)]
+    annotations: BTreeMap<String, yaml_serde::Value>,
+}
+
+/// Checks a rule file; its alerts' names.
+fn check_alerts(text: &str, problems: &mut Vec<String>) -> Vec<String> {
     let mut alerts = Vec::new();
-    let Some(groups) = rules.get("groups").and_then(Yaml::list) else {
-        problems.push("no `groups:` list at the top".to_owned());
-        return alerts;
+    let file: RuleFile = match yaml_serde::from_str(text) {
+        Ok(file) => file,
+        Err(err) => {
+            problems.push(format!("not rules this test can read: {err}"));
+            return alerts;
+        }
     };
-    for (index, group) in groups.iter().enumerate() {
-        let name = group.get("name").and_then(Yaml::scalar).unwrap_or("");
-        let place = format!("group {} `{name}`", index + 1);
-        if name.is_empty() {
+    for (index, group) in file.groups.iter().enumerate() {
+        let place = format!("group {} `{}`", index + 1, group.name);
+        if group.name.is_empty() {
             problems.push(format!("{place}: no `name:`"));
         }
-        unknown_keys(
-            group,
-            &["name", "interval", "limit", "rules"],
-            &place,
-            problems,
-        );
-        let rules = group.get("rules").and_then(Yaml::list).unwrap_or(&[]);
-        if rules.is_empty() {
+        if group.rules.is_empty() {
             problems.push(format!("{place}: no `rules:`"));
         }
-        for rule in rules {
+        for rule in &group.rules {
             if let Some(alert) = check_rule(rule, &place, problems) {
                 if alerts.contains(&alert) {
                     problems.push(format!("{place}: alert `{alert}` defined twice"));
@@ -590,12 +663,15 @@ fn check_alerts(rules: &Yaml, problems: &mut Vec<String>) -> Vec<String> {
             }
         }
     }
+    if alerts.is_empty() {
+        problems.push("no alert rules".to_owned());
+    }
     alerts
 }
 
 /// Checks one rule; its alert's name.
-fn check_rule(rule: &Yaml, group: &str, problems: &mut Vec<String>) -> Option<String> {
-    let alert = rule.get("alert").and_then(Yaml::scalar);
+fn check_rule(rule: &yaml_serde::Value, group: &str, problems: &mut Vec<String>) -> Option<String> {
+    let alert = rule["alert"].as_str();
     let place = format!("{group}, alert `{}`", alert.unwrap_or("?"));
     let named = alert.filter(|alert| {
         alert.starts_with(|c: char| c.is_ascii_uppercase())
@@ -606,20 +682,15 @@ fn check_rule(rule: &Yaml, group: &str, problems: &mut Vec<String>) -> Option<St
             "{place}: needs `alert:` with a name like `LockRuntimeLockLost` (recording rules do not belong here)"
         ));
     }
-    unknown_keys(
-        rule,
-        &[
-            "alert",
-            "expr",
-            "for",
-            "keep_firing_for",
-            "labels",
-            "annotations",
-        ],
-        &place,
-        problems,
-    );
-    let reads = match rule.get("expr").and_then(Yaml::scalar) {
+    match Rule::deserialize(rule) {
+        Ok(rule) => check_rule_fields(&rule, &place, problems),
+        Err(err) => problems.push(format!("{place}: {err}")),
+    }
+    named.map(str::to_owned)
+}
+
+fn check_rule_fields(rule: &Rule, place: &str, problems: &mut Vec<String>) {
+    let reads = match &rule.expr {
         Some(expr) => check_promql(expr),
         None => {
             problems.push(format!("{place}: no `expr:`"));
@@ -629,24 +700,24 @@ fn check_rule(rule: &Yaml, group: &str, problems: &mut Vec<String>) -> Option<St
     for problem in &reads.problems {
         problems.push(format!("{place}: expr {problem}"));
     }
-    match rule.get("for").and_then(Yaml::scalar) {
+    match &rule.pending {
         Some(duration) if is_duration(duration) => {}
         Some(duration) => problems.push(format!("{place}: `for: {duration}` is not a duration")),
         None => problems.push(format!("{place}: no `for:`")),
     }
     let severity = rule
-        .get("labels")
-        .and_then(|labels| labels.get("severity"))
-        .and_then(Yaml::scalar);
+        .labels
+        .get("severity")
+        .and_then(yaml_serde::Value::as_str);
     if !severity.is_some_and(|severity| SEVERITIES.contains(&severity)) {
         problems.push(format!(
             "{place}: needs `labels:` with `severity:` one of {}",
             SEVERITIES.join(", ")
         ));
     }
-    for section in ["labels", "annotations"] {
-        for (key, value) in rule.get(section).and_then(Yaml::map).unwrap_or(&[]) {
-            match value.scalar() {
+    for (section, entries) in [("labels", &rule.labels), ("annotations", &rule.annotations)] {
+        for (key, value) in entries {
+            match value.as_str() {
                 Some(text) if reads.problems.is_empty() => {
                     let mut wrong = Vec::new();
                     check_template_labels(text, "$labels.", &reads.result, &mut wrong);
@@ -663,29 +734,12 @@ fn check_rule(rule: &Yaml, group: &str, problems: &mut Vec<String>) -> Option<St
     }
     for key in ["summary", "description"] {
         let text = rule
-            .get("annotations")
-            .and_then(|annotations| annotations.get(key))
-            .and_then(Yaml::scalar);
+            .annotations
+            .get(key)
+            .and_then(yaml_serde::Value::as_str);
         if text.is_none_or(|text| text.trim().is_empty()) {
             problems.push(format!("{place}: needs `annotations:` with `{key}:`"));
         }
-    }
-    named.map(str::to_owned)
-}
-
-fn unknown_keys(map: &Yaml, known: &[&str], place: &str, problems: &mut Vec<String>) {
-    match map.map() {
-        Some(entries) => {
-            for (key, _) in entries {
-                if !known.contains(&key.as_str()) {
-                    problems.push(format!(
-                        "{place}: unknown key `{key}` (known: {})",
-                        known.join(", ")
-                    ));
-                }
-            }
-        }
-        None => problems.push(format!("{place}: not a mapping")),
     }
 }
 
@@ -1167,577 +1221,81 @@ fn promql_string(expr: &str, start: usize) -> Result<(String, usize), String> {
 
 // JSON.
 
-#[derive(Debug)]
-enum Json {
-    Null,
-    /// `true` or `false` (nothing here reads which).
-    Bool,
-    Number(f64),
-    String(String),
-    Array(Vec<Json>),
-    Object(Vec<(String, Json)>),
-}
+/// A JSON value whose objects repeat no key: serde_json's own `Value` keeps
+/// the last of two silently, as Grafana would, and hides the first.
+struct Unique(Value);
 
-impl Json {
-    fn get(&self, key: &str) -> Option<&Json> {
-        match self {
-            Json::Object(entries) => entries
-                .iter()
-                .find(|(name, _)| name == key)
-                .map(|(_, value)| value),
-            _ => None,
-        }
-    }
-
-    fn string(&self) -> Option<&str> {
-        match self {
-            Json::String(text) => Some(text),
-            _ => None,
-        }
-    }
-
-    fn number(&self) -> Option<f64> {
-        match self {
-            Json::Number(number) => Some(*number),
-            _ => None,
-        }
-    }
-
-    fn array(&self) -> Option<&[Json]> {
-        match self {
-            Json::Array(items) => Some(items),
-            _ => None,
-        }
+impl<'de> Deserialize<'de> for Unique {
+    fn deserialize<D: de::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        deserializer.deserialize_any(UniqueVisitor)
     }
 }
 
-fn parse_json(text: &str) -> Result<Json, String> {
-    let mut parser = JsonParser { text, at: 0 };
-    let value = parser.value()?;
-    parser.space();
-    if parser.at < text.len() {
-        return Err(parser.error("text after the value"));
-    }
-    Ok(value)
-}
+struct UniqueVisitor;
 
-struct JsonParser<'a> {
-    text: &'a str,
-    at: usize,
-}
+impl<'de> Visitor<'de> for UniqueVisitor {
+    type Value = Unique;
 
-impl JsonParser<'_> {
-    fn error(&self, what: &str) -> String {
-        let before = &self.text[..self.at];
-        let line = before.matches('\n').count() + 1;
-        let column = before.len() - before.rfind('\n').map_or(0, |newline| newline + 1) + 1;
-        format!("line {line}, column {column}: {what}")
+    fn expecting(&self, formatter: &mut fmt::Formatter) -> fmt::Result {
+        formatter.write_str("a JSON value")
     }
 
-    fn peek(&self) -> Option<u8> {
-        self.text.as_bytes().get(self.at).copied()
+    fn visit_unit<E>(self) -> Result<Unique, E> {
+        Ok(Unique(Value::Null))
     }
 
-    fn space(&mut self) {
-        while matches!(self.peek(), Some(b' ' | b'\t' | b'\n' | b'\r')) {
-            self.at += 1;
-        }
+    fn visit_bool<E>(self, value: bool) -> Result<Unique, E> {
+        Ok(Unique(value.into()))
     }
 
-    fn eat(&mut self, byte: u8) -> bool {
-        let ate = self.peek() == Some(byte);
-        if ate {
-            self.at += 1;
-        }
-        ate
+    fn visit_i64<E>(self, value: i64) -> Result<Unique, E> {
+        Ok(Unique(value.into()))
     }
 
-    fn expect(&mut self, byte: u8) -> Result<(), String> {
-        if self.eat(byte) {
-            Ok(())
-        } else {
-            Err(self.error(&format!("expected `{}`", byte as char)))
-        }
+    fn visit_u64<E>(self, value: u64) -> Result<Unique, E> {
+        Ok(Unique(value.into()))
     }
 
-    fn value(&mut self) -> Result<Json, String> {
-        self.space();
-        match self.peek() {
-            Some(b'{') => self.object(),
-            Some(b'[') => self.array(),
-            Some(b'"') => self.string().map(Json::String),
-            Some(b'-' | b'0'..=b'9') => self.number(),
-            _ => {
-                for (word, value) in [
-                    ("true", Json::Bool),
-                    ("false", Json::Bool),
-                    ("null", Json::Null),
-                ] {
-                    if self.text[self.at..].starts_with(word) {
-                        self.at += word.len();
-                        return Ok(value);
-                    }
-                }
-                Err(self.error("expected a value"))
-            }
-        }
+    fn visit_f64<E>(self, value: f64) -> Result<Unique, E> {
+        Ok(Unique(value.into()))
     }
 
-    fn object(&mut self) -> Result<Json, String> {
-        self.at += 1;
-        let mut entries: Vec<(String, Json)> = Vec::new();
-        self.space();
-        if self.eat(b'}') {
-            return Ok(Json::Object(entries));
-        }
-        loop {
-            self.space();
-            if self.peek() != Some(b'"') {
-                return Err(self.error("expected a key"));
-            }
-            let key = self.string()?;
-            if entries.iter().any(|(name, _)| *name == key) {
-                return Err(self.error(&format!("key `{key}` repeated")));
-            }
-            self.space();
-            self.expect(b':')?;
-            let value = self.value()?;
-            entries.push((key, value));
-            self.space();
-            if self.eat(b'}') {
-                return Ok(Json::Object(entries));
-            }
-            self.expect(b',')?;
-        }
+    fn visit_str<E>(self, value: &str) -> Result<Unique, E> {
+        Ok(Unique(value.into()))
     }
 
-    fn array(&mut self) -> Result<Json, String> {
-        self.at += 1;
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Unique, A::Error> {
         let mut items = Vec::new();
-        self.space();
-        if self.eat(b']') {
-            return Ok(Json::Array(items));
+        while let Some(Unique(item)) = seq.next_element()? {
+            items.push(item);
         }
-        loop {
-            items.push(self.value()?);
-            self.space();
-            if self.eat(b']') {
-                return Ok(Json::Array(items));
-            }
-            self.expect(b',')?;
-        }
+        Ok(Unique(Value::Array(items)))
     }
 
-    fn string(&mut self) -> Result<String, String> {
-        self.at += 1;
-        let mut out = String::new();
-        loop {
-            let Some(c) = self.text[self.at..].chars().next() else {
-                return Err(self.error("a string is never closed"));
-            };
-            self.at += c.len_utf8();
-            match c {
-                '"' => return Ok(out),
-                '\\' => {
-                    let escaped = self.peek();
-                    self.at += 1;
-                    out.push(match escaped {
-                        Some(b'"') => '"',
-                        Some(b'\\') => '\\',
-                        Some(b'/') => '/',
-                        Some(b'b') => '\u{8}',
-                        Some(b'f') => '\u{c}',
-                        Some(b'n') => '\n',
-                        Some(b'r') => '\r',
-                        Some(b't') => '\t',
-                        Some(b'u') => self.unicode_escape()?,
-                        _ => return Err(self.error("an unknown escape")),
-                    });
-                }
-                c if c < ' ' => return Err(self.error("a control character in a string")),
-                c => out.push(c),
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Unique, A::Error> {
+        let mut object = serde_json::Map::new();
+        while let Some(key) = map.next_key::<String>()? {
+            if object.contains_key(&key) {
+                return Err(de::Error::custom(format_args!("key `{key}` repeated")));
             }
+            let Unique(value) = map.next_value()?;
+            object.insert(key, value);
         }
-    }
-
-    fn hex4(&mut self) -> Result<u32, String> {
-        let digits = self
-            .text
-            .get(self.at..self.at + 4)
-            .filter(|digits| digits.bytes().all(|b| b.is_ascii_hexdigit()))
-            .ok_or_else(|| self.error("expected 4 hex digits after `\\u`"))?;
-        self.at += 4;
-        u32::from_str_radix(digits, 16).map_err(|err| self.error(&err.to_string()))
-    }
-
-    fn unicode_escape(&mut self) -> Result<char, String> {
-        let first = self.hex4()?;
-        let code = if (0xD800..0xDC00).contains(&first) {
-            if !self.text[self.at..].starts_with("\\u") {
-                return Err(self.error("a lone surrogate"));
-            }
-            self.at += 2;
-            let second = self.hex4()?;
-            if !(0xDC00..0xE000).contains(&second) {
-                return Err(self.error("a lone surrogate"));
-            }
-            0x10000 + ((first - 0xD800) << 10) + (second - 0xDC00)
-        } else {
-            first
-        };
-        char::from_u32(code).ok_or_else(|| self.error("not a character"))
-    }
-
-    fn number(&mut self) -> Result<Json, String> {
-        let start = self.at;
-        self.eat(b'-');
-        if !self.eat(b'0') && !self.digits() {
-            return Err(self.error("expected a digit"));
-        }
-        if self.eat(b'.') && !self.digits() {
-            return Err(self.error("expected a digit after `.`"));
-        }
-        if self.eat(b'e') || self.eat(b'E') {
-            if !self.eat(b'+') {
-                self.eat(b'-');
-            }
-            if !self.digits() {
-                return Err(self.error("expected a digit in the exponent"));
-            }
-        }
-        self.text[start..self.at]
-            .parse()
-            .map(Json::Number)
-            .map_err(|err| self.error(&format!("{err}")))
-    }
-
-    fn digits(&mut self) -> bool {
-        let start = self.at;
-        while matches!(self.peek(), Some(b'0'..=b'9')) {
-            self.at += 1;
-        }
-        self.at > start
+        Ok(Unique(Value::Object(object)))
     }
 }
 
-// YAML, the subset alert rules are written in.
-
-#[derive(Debug)]
-enum Yaml {
-    Scalar(String),
-    List(Vec<Yaml>),
-    Map(Vec<(String, Yaml)>),
+fn parse_json(text: &str) -> Result<Value, serde_json::Error> {
+    serde_json::from_str(text).map(|Unique(value)| value)
 }
 
-impl Yaml {
-    fn get(&self, key: &str) -> Option<&Yaml> {
-        self.map()?
-            .iter()
-            .find(|(name, _)| name == key)
-            .map(|(_, value)| value)
-    }
-
-    fn scalar(&self) -> Option<&str> {
-        match self {
-            Yaml::Scalar(text) => Some(text),
-            _ => None,
-        }
-    }
-
-    fn list(&self) -> Option<&[Yaml]> {
-        match self {
-            Yaml::List(items) => Some(items),
-            _ => None,
-        }
-    }
-
-    fn map(&self) -> Option<&[(String, Yaml)]> {
-        match self {
-            Yaml::Map(entries) => Some(entries),
-            _ => None,
-        }
-    }
+fn load_json(relative: &str) -> Value {
+    parse_json(&read(relative)).unwrap_or_else(|err| panic!("{relative} is not JSON: {err}"))
 }
 
-#[derive(Clone, Copy)]
-struct YamlLine<'a> {
-    number: usize,
-    indent: usize,
-    /// The line after its indentation, without trailing blanks (after a
-    /// list item's `- `, for a mapping that starts on the item's line).
-    text: &'a str,
-    raw: &'a str,
-}
-
-fn parse_yaml(text: &str) -> Result<Yaml, String> {
-    let mut lines = Vec::new();
-    for (index, raw) in text.lines().enumerate() {
-        let body = raw.trim_start_matches(' ');
-        if body.starts_with('\t') {
-            return Err(format!("line {}: a tab in the indentation", index + 1));
-        }
-        lines.push(YamlLine {
-            number: index + 1,
-            indent: raw.len() - body.len(),
-            text: body.trim_end(),
-            raw,
-        });
-    }
-    let mut parser = YamlParser { lines, at: 0 };
-    if parser.next_line().is_some_and(|line| line.text == "---") {
-        parser.at += 1;
-    }
-    let Some(first) = parser.next_line() else {
-        return Err("no document".to_owned());
-    };
-    let root = parser.node(first.indent)?;
-    match parser.next_line() {
-        Some(line) => Err(format!(
-            "line {}: indented less than the document",
-            line.number
-        )),
-        None => Ok(root),
-    }
-}
-
-struct YamlParser<'a> {
-    lines: Vec<YamlLine<'a>>,
-    at: usize,
-}
-
-fn is_item(text: &str) -> bool {
-    text == "-" || text.starts_with("- ")
-}
-
-/// `key: value` or `key:`, with a plain key.
-fn key_value(text: &str) -> Option<(&str, &str)> {
-    let (key, value) = match text.split_once(": ") {
-        Some(pair) => pair,
-        None => (text.strip_suffix(':')?, ""),
-    };
-    let value = value.trim();
-    let value = if value.starts_with('#') { "" } else { value };
-    let plain = !key.is_empty()
-        && key
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b"_-.".contains(&b));
-    plain.then_some((key, value))
-}
-
-impl<'a> YamlParser<'a> {
-    /// The next line with content, past blank lines and comments.
-    fn next_line(&mut self) -> Option<YamlLine<'a>> {
-        while let Some(line) = self.lines.get(self.at) {
-            if !line.text.is_empty() && !line.text.starts_with('#') {
-                return Some(*line);
-            }
-            self.at += 1;
-        }
-        None
-    }
-
-    fn node(&mut self, indent: usize) -> Result<Yaml, String> {
-        match self.next_line() {
-            Some(line) if is_item(line.text) => self.list(indent),
-            _ => self.map(indent),
-        }
-    }
-
-    fn list(&mut self, indent: usize) -> Result<Yaml, String> {
-        let mut items = Vec::new();
-        while let Some(line) = self.next_line() {
-            if line.indent < indent || (line.indent == indent && !is_item(line.text)) {
-                break;
-            }
-            if line.indent > indent {
-                return Err(format!("line {}: indented more than its list", line.number));
-            }
-            let rest = line.text[1..].trim_start();
-            if rest.is_empty() {
-                self.at += 1;
-                match self.next_line() {
-                    Some(next) if next.indent > indent => items.push(self.node(next.indent)?),
-                    _ => return Err(format!("line {}: an empty list item", line.number)),
-                }
-            } else if key_value(rest).is_some() {
-                // A mapping that starts on the item's line: read it as if
-                // its first key were on a line of its own.
-                let shift = line.text.len() - rest.len();
-                let current = &mut self.lines[self.at];
-                current.indent += shift;
-                current.text = rest;
-                items.push(self.map(indent + shift)?);
-            } else {
-                self.at += 1;
-                items.push(Yaml::Scalar(yaml_scalar(rest, line.number)?));
-            }
-        }
-        Ok(Yaml::List(items))
-    }
-
-    fn map(&mut self, indent: usize) -> Result<Yaml, String> {
-        let mut entries: Vec<(String, Yaml)> = Vec::new();
-        while let Some(line) = self.next_line() {
-            if line.indent < indent {
-                break;
-            }
-            if line.indent > indent {
-                return Err(format!(
-                    "line {}: indented more than the key before it (a plain value on several lines is not read here)",
-                    line.number
-                ));
-            }
-            if is_item(line.text) {
-                return Err(format!(
-                    "line {}: a list item among a mapping's keys",
-                    line.number
-                ));
-            }
-            let Some((key, value)) = key_value(line.text) else {
-                return Err(format!(
-                    "line {}: expected `key: value`, found `{}`",
-                    line.number, line.text
-                ));
-            };
-            if entries.iter().any(|(name, _)| name == key) {
-                return Err(format!("line {}: key `{key}` repeated", line.number));
-            }
-            self.at += 1;
-            let value = if value.is_empty() {
-                match self.next_line() {
-                    Some(next) if next.indent > indent => self.node(next.indent)?,
-                    Some(next) if next.indent == indent && is_item(next.text) => {
-                        self.list(indent)?
-                    }
-                    _ => return Err(format!("line {}: `{key}` has no value", line.number)),
-                }
-            } else if value.starts_with(['|', '>']) {
-                self.block(indent, value, line.number)?
-            } else {
-                Yaml::Scalar(yaml_scalar(value, line.number)?)
-            };
-            entries.push((key.to_owned(), value));
-        }
-        Ok(Yaml::Map(entries))
-    }
-
-    /// A `|` (literal) or `>` (folded) block under a key at `indent`.
-    fn block(&mut self, indent: usize, header: &str, number: usize) -> Result<Yaml, String> {
-        let strip = match header {
-            "|" | ">" => false,
-            "|-" | ">-" => true,
-            _ => {
-                return Err(format!(
-                    "line {number}: the block header `{header}` (only |, |-, > and >- are read here)"
-                ));
-            }
-        };
-        let mut lines: Vec<&str> = Vec::new();
-        let mut block_indent = None;
-        while let Some(line) = self.lines.get(self.at) {
-            if line.text.is_empty() {
-                lines.push("");
-            } else if line.indent <= indent {
-                break;
-            } else {
-                let at = *block_indent.get_or_insert(line.indent);
-                if line.indent < at {
-                    return Err(format!(
-                        "line {}: indented less than the first line of its block",
-                        line.number
-                    ));
-                }
-                lines.push(line.raw[at..].trim_end());
-            }
-            self.at += 1;
-        }
-        while lines.last() == Some(&"") {
-            lines.pop();
-        }
-        if lines.is_empty() {
-            return Err(format!("line {number}: an empty block"));
-        }
-        let mut text = if header.starts_with('|') {
-            lines.join("\n")
-        } else {
-            // Folded: a line break between two lines becomes a space; an
-            // empty line stays a line break.
-            let mut text = String::new();
-            let mut space = false;
-            for line in lines {
-                if line.is_empty() {
-                    text.push('\n');
-                    space = false;
-                } else {
-                    if space {
-                        text.push(' ');
-                    }
-                    text.push_str(line);
-                    space = true;
-                }
-            }
-            text
-        };
-        if !strip {
-            text.push('\n');
-        }
-        Ok(Yaml::Scalar(text))
-    }
-}
-
-/// A scalar on one line: plain, `'single'` or `"double"` quoted.
-fn yaml_scalar(value: &str, number: usize) -> Result<String, String> {
-    let after = |rest: &str| {
-        let rest = rest.trim_start();
-        if rest.is_empty() || rest.starts_with('#') {
-            Ok(())
-        } else {
-            Err(format!("line {number}: `{rest}` after a quoted value"))
-        }
-    };
-    let mut chars = value.char_indices();
-    match chars.next() {
-        Some((_, '"')) => {
-            let mut text = String::new();
-            while let Some((at, c)) = chars.next() {
-                match c {
-                    '"' => return after(&value[at + 1..]).map(|()| text),
-                    '\\' => text.push(match chars.next() {
-                        Some((_, 'n')) => '\n',
-                        Some((_, 't')) => '\t',
-                        Some((_, c @ ('"' | '\\' | '/'))) => c,
-                        _ => return Err(format!("line {number}: an escape not read here")),
-                    }),
-                    c => text.push(c),
-                }
-            }
-            Err(format!("line {number}: a quoted value is never closed"))
-        }
-        Some((_, '\'')) => {
-            let mut text = String::new();
-            while let Some((at, c)) = chars.next() {
-                if c != '\'' {
-                    text.push(c);
-                } else if value[at + 1..].starts_with('\'') {
-                    text.push('\'');
-                    chars.next();
-                } else {
-                    return after(&value[at + 1..]).map(|()| text);
-                }
-            }
-            Err(format!("line {number}: a quoted value is never closed"))
-        }
-        Some((_, '[' | '{' | '&' | '*' | '!' | '%' | '@' | '`' | '|' | '>')) => Err(format!(
-            "line {number}: `{value}`: flow collections, anchors, aliases and tags are not read here"
-        )),
-        _ => {
-            let plain = value.split(" #").next().unwrap_or("").trim_end();
-            if plain.contains(": ") {
-                return Err(format!("line {number}: `{plain}` has `: ` in it: quote it"));
-            }
-            Ok(plain.to_owned())
-        }
-    }
+/// An array's items; none for anything else.
+fn items(value: &Value) -> &[Value] {
+    value.as_array().map_or(&[], Vec::as_slice)
 }
 
 // Helpers.
@@ -1750,8 +1308,24 @@ fn read(relative: &str) -> String {
         .unwrap_or_else(|err| panic!("{relative} ({}): {err}", path.display()))
 }
 
-fn load_json(relative: &str) -> Json {
-    parse_json(&read(relative)).unwrap_or_else(|err| panic!("{relative} is not JSON: {err}"))
+/// `relative`'s text with the first `from` in it replaced by `to`.
+fn broken(relative: &str, from: &str, to: &str) -> String {
+    let text = read(relative);
+    assert!(
+        text.contains(from),
+        "{relative} no longer has `{from}`: break it somewhere else in this test"
+    );
+    text.replacen(from, to, 1)
+}
+
+/// Asserts that one of the problems names every one of `needles`.
+fn assert_caught(problems: &[String], needles: &[&str]) {
+    assert!(
+        problems
+            .iter()
+            .any(|problem| needles.iter().all(|needle| problem.contains(needle))),
+        "expected a problem naming {needles:?}, got {problems:#?}"
+    );
 }
 
 fn list(labels: &BTreeSet<&str>) -> String {
