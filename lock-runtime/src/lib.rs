@@ -89,7 +89,7 @@ pub use api::install::{install, installed};
 pub use api::leader::{Election, LeaderInfo, Leadership};
 pub use api::lifecycle::{Health, WATCHDOG_LAG_LIMIT};
 pub use api::request::LockRequest;
-pub use api::scope::{CurrentLock, current, current_locks};
+pub use api::scope::{CurrentLock, current, current_cancellation_token, current_locks};
 pub use base::config::{MAX_LEASE, MIN_LEASE};
 pub use base::error::{LockError, LossReason};
 pub use base::kind::{HoldMode, LockKind};

@@ -194,3 +194,22 @@ async fn a_guard_s_cancellation_token_ends_with_its_critical_section() {
     .await;
     assert!(guard.is_lost());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_locked_body_gets_the_token_of_its_critical_section() {
+    let server = RedisServer::start();
+    let locks = client(&server).await;
+    assert!(lock_runtime::current_cancellation_token().is_none());
+    let guard = ok(&server, locks.lock(unique_key("body")).acquire().await);
+    // What a `#[distributed_lock]` body runs in.
+    let token = ok(
+        &server,
+        guard
+            .scope(async { lock_runtime::current_cancellation_token() })
+            .await,
+    )
+    .expect("a token inside the critical section");
+    assert!(!token.is_cancelled());
+    ok(&server, guard.release().await);
+    assert!(token.is_cancelled());
+}

@@ -55,6 +55,7 @@ const REASON: Label = (
         "not_held_at_release",
         "not_held_at_reentry",
         "lease_ended",
+        "shut_down",
     ],
 );
 /// `acquire` in `Acquiring::finish`, `release` in `Hold::end`, `renew` in
@@ -75,6 +76,7 @@ const ERROR: Label = (
         "command_timeout",
         "not_replicated",
         "no_quorum",
+        "shut_down",
         "config",
         "redis",
         "no_runtime",

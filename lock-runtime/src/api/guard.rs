@@ -290,9 +290,13 @@ impl LockGuard {
     /// # async fn write_report() {}
     /// ```
     pub fn cancellation_token(&self) -> CancellationToken {
-        self.ended
-            .get_or_init(|| self.lost_token().child_token())
-            .child_token()
+        self.section_token().child_token()
+    }
+
+    /// Cancelled when the critical section ends (see
+    /// [`cancellation_token`](LockGuard::cancellation_token)).
+    fn section_token(&self) -> &CancellationToken {
+        self.ended.get_or_init(|| self.lost_token().child_token())
     }
 
     /// The critical section is over: work handed its token stops.
@@ -337,6 +341,7 @@ impl LockGuard {
             owner: self.first().owner.clone(),
             locks: self.fences(),
             parent: scope::innermost(),
+            ended: self.section_token().clone(),
         };
         let span = self.span().clone();
         scope::enter(scope, async move {

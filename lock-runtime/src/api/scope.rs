@@ -20,6 +20,7 @@
 
 use std::sync::Arc;
 
+use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
 tokio::task_local! {
@@ -34,6 +35,9 @@ pub(crate) struct Scope {
     /// The locks of this critical section (several for a multi-lock).
     pub(crate) locks: Vec<CurrentLock>,
     pub(crate) parent: Option<Arc<Scope>>,
+    /// Cancelled when the critical section ends: its lock lost, its guard
+    /// released or dropped.
+    pub(crate) ended: CancellationToken,
 }
 
 impl Scope {
@@ -122,6 +126,34 @@ pub struct CurrentLock {
 /// ```
 pub fn current() -> Option<CurrentLock> {
     innermost().and_then(|scope| scope.locks.first().cloned())
+}
+
+/// A token cancelled when the innermost critical section ends (its lock
+/// is lost, or its guard released or dropped), or `None` outside of any:
+/// inside a `#[distributed_lock]` body, what
+/// [`LockGuard::cancellation_token`](crate::LockGuard::cancellation_token)
+/// is for a guard. Hand it to work the body spawns, which would otherwise
+/// outlive the body (dropped when the lock is lost) and its lock.
+///
+/// ```no_run
+/// use lock_runtime::distributed_lock;
+///
+/// #[distributed_lock(key = "export:<day>", lease = "30s")]
+/// async fn export(day: u32) -> Result<(), lock_runtime::LockError> {
+///     let stop = lock_runtime::current_cancellation_token().expect("inside the lock");
+///     let upload = tokio::spawn(async move {
+///         tokio::select! {
+///             _ = stop.cancelled() => {} // the lock is gone: stop
+///             _ = upload_part(day) => {}
+///         }
+///     });
+///     upload.await.ok();
+///     Ok(())
+/// }
+/// # async fn upload_part(_day: u32) {}
+/// ```
+pub fn current_cancellation_token() -> Option<CancellationToken> {
+    innermost().map(|scope| scope.ended.child_token())
 }
 
 /// Every lock of the innermost critical section, with its own fencing token:
