@@ -10,10 +10,17 @@
 //! REDIS_URL=redis://127.0.0.1:6379 cargo run --example axum_orders
 //! ```
 //!
+//! What a service needs around its locks is here too: the payment call runs
+//! in a task of its own, handed the lock's cancellation token so that it
+//! stops if the lock is lost; `GET /ready` answers from the lock client's
+//! health; and on shutdown (SIGTERM in a real service) the server drains,
+//! then the lock client gives back whatever it still holds.
+//!
 //! Without `REDIS_URL`, the example starts a private `redis-server`. It
 //! serves on a free port, sends itself a burst of concurrent requests,
-//! prints the answers, checks that each order was charged once and that a
-//! refund is refused while the order is locked, and exits.
+//! prints the answers, checks that each order was charged once, that a
+//! refund is refused while the order is locked and that the service is
+//! ready, then shuts down and exits.
 
 use std::collections::HashMap;
 use std::io::{Read as _, Write as _};
@@ -24,9 +31,9 @@ use std::time::Duration;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use axum::routing::post;
+use axum::routing::{get, post};
 use axum::{Json, Router};
-use lock_runtime::{LockClient, LockError, distributed_lock};
+use lock_runtime::{CancellationToken, LockClient, LockError, distributed_lock};
 use serde::Serialize;
 
 #[derive(Clone)]
@@ -64,6 +71,8 @@ struct Settlement {
 enum AppError {
     Lock(LockError),
     NotSettled(u64),
+    /// The payment call was stopped: the order's lock was lost.
+    Interrupted(u64),
 }
 
 impl From<LockError> for AppError {
@@ -93,6 +102,11 @@ impl IntoResponse for AppError {
                 format!("order {id} is not settled\n"),
             )
                 .into_response(),
+            AppError::Interrupted(id) => (
+                StatusCode::SERVICE_UNAVAILABLE,
+                format!("order {id}: payment stopped, the lock was lost; try again\n"),
+            )
+                .into_response(),
         }
     }
 }
@@ -119,7 +133,13 @@ async fn settle(
         }));
     }
     let fence = lock_runtime::current().map_or(0, |held| held.fence);
-    charge(&state, order_id).await;
+    // The payment call in a task of its own, which would outlive this
+    // body: the lock's token stops it if the lock is lost meanwhile.
+    let stop = lock_runtime::current_cancellation_token().expect("inside the order's lock");
+    let payment = tokio::spawn(charge(state.clone(), order_id, stop));
+    if !payment.await.unwrap_or(false) {
+        return Err(AppError::Interrupted(order_id));
+    }
     let receipt = Receipt { order_id, fence };
     state
         .ledger
@@ -148,22 +168,40 @@ async fn refund(
     Ok(format!("refunded order {order_id}\n"))
 }
 
-/// A slow call to the payment provider.
-async fn charge(state: &AppState, order_id: u64) {
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    *state
-        .ledger
-        .lock()
-        .unwrap()
-        .charges
-        .entry(order_id)
-        .or_default() += 1;
+/// A slow call to the payment provider, abandoned (false) if `stop` is
+/// cancelled first.
+async fn charge(state: AppState, order_id: u64, stop: CancellationToken) -> bool {
+    tokio::select! {
+        _ = stop.cancelled() => false,
+        _ = tokio::time::sleep(Duration::from_millis(300)) => {
+            *state
+                .ledger
+                .lock()
+                .unwrap()
+                .charges
+                .entry(order_id)
+                .or_default() += 1;
+            true
+        }
+    }
+}
+
+/// `GET /ready`: 200 while the lock client can take and hold locks, 503
+/// with what is wrong otherwise (for a load balancer's readiness probe).
+async fn ready(State(state): State<AppState>) -> Response {
+    let health = state.locks.health().await;
+    if health.is_ready() {
+        (StatusCode::OK, "ready\n").into_response()
+    } else {
+        (StatusCode::SERVICE_UNAVAILABLE, format!("{health:?}\n")).into_response()
+    }
 }
 
 fn app(state: AppState) -> Router {
     Router::new()
         .route("/orders/{order_id}/settle", post(settle))
         .route("/orders/{order_id}/refund", post(refund))
+        .route("/ready", get(ready))
         .with_state(state)
 }
 
@@ -190,7 +228,15 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let addr = listener.local_addr()?;
     println!("serving on http://{addr}, locks in {url}");
-    let server = tokio::spawn(axum::serve(listener, app(state.clone())).into_future());
+    // Stands in for SIGTERM (`tokio::signal::unix::signal` in a service).
+    let (terminate, terminated) = tokio::sync::oneshot::channel::<()>();
+    let server = tokio::spawn(
+        axum::serve(listener, app(state.clone()))
+            .with_graceful_shutdown(async {
+                terminated.await.ok();
+            })
+            .into_future(),
+    );
 
     // Order ids unique to this run, so that reruns against one Redis start fresh.
     let base = std::process::id() as u64 * 1000;
@@ -200,7 +246,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut requests = Vec::new();
     for order in [busy, busy, other, busy, busy] {
         let path = format!("/orders/{order}/settle");
-        requests.push(tokio::task::spawn_blocking(move || post_to(addr, &path)));
+        requests.push(tokio::task::spawn_blocking(move || {
+            send(addr, "POST", &path)
+        }));
     }
     for request in requests {
         let (path, status, body) = request.await??;
@@ -227,7 +275,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     // the runtime API, as another instance would hold it): 409 at once.
     let elsewhere = state.locks.lock(format!("order:{busy}")).acquire().await?;
     let refund = format!("/orders/{busy}/refund");
-    let (path, status, body) = blocking(move || post_to(addr, &refund)).await?;
+    let (path, status, body) = blocking(move || send(addr, "POST", &refund)).await?;
     println!(
         "POST {path} (order locked elsewhere) -> {status}: {}",
         body.trim_end()
@@ -235,15 +283,35 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let conflict = status == 409;
     elsewhere.release().await?;
     let refund = format!("/orders/{busy}/refund");
-    let (path, status, body) = blocking(move || post_to(addr, &refund)).await?;
+    let (path, status, body) = blocking(move || send(addr, "POST", &refund)).await?;
     println!("POST {path} -> {status}: {}", body.trim_end());
+    let refunded = status == 200;
 
-    server.abort();
+    let (path, status, body) = blocking(move || send(addr, "GET", "/ready")).await?;
+    println!("GET {path} -> {status}: {}", body.trim_end());
+    let was_ready = status == 200;
+
+    // Shutting down: the server stops taking requests and finishes those
+    // under way; then the lock client gives back what it still holds and
+    // stops its watchdog and subscriber.
+    terminate.send(()).ok();
+    server.await??;
+    state.locks.shutdown().await?;
+    let health = state.locks.health().await;
+    println!(
+        "after shutdown: ready {}, locks held {}",
+        health.is_ready(),
+        health.held
+    );
+
     if !charged_once {
         return Err("an order was charged more than once".into());
     }
-    if !conflict || status != 200 {
+    if !conflict || !refunded {
         return Err("the refund was not refused while the order was locked, then accepted".into());
+    }
+    if !was_ready || health.is_ready() || !health.shut_down {
+        return Err("ready while serving and not after shutdown: not what health said".into());
     }
     Ok(())
 }
@@ -254,13 +322,13 @@ async fn blocking<T: Send + 'static>(
     Ok(tokio::task::spawn_blocking(f).await??)
 }
 
-/// A minimal HTTP/1.1 client: one POST, the status and the body.
-fn post_to(addr: SocketAddr, path: &str) -> std::io::Result<(String, u16, String)> {
+/// A minimal HTTP/1.1 client: one request, the status and the body.
+fn send(addr: SocketAddr, method: &str, path: &str) -> std::io::Result<(String, u16, String)> {
     let mut stream = TcpStream::connect(addr)?;
     stream.set_read_timeout(Some(Duration::from_secs(30)))?;
     write!(
         stream,
-        "POST {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
     )?;
     let mut response = String::new();
     stream.read_to_string(&mut response)?;

@@ -104,6 +104,10 @@ pub use redis;
 pub use store::deployment::Deployment;
 #[cfg(feature = "memory")]
 pub use store::memory::MemoryStore;
+/// The token [`LockGuard::cancellation_token`] and
+/// [`current_cancellation_token`] hand out (tokio-util's), re-exported so
+/// that naming it needs no dependency of your own.
+pub use tokio_util::sync::CancellationToken;
 
 /// The README's examples, compiled as doctests so that it stays true.
 #[doc = include_str!("../../README.md")]
