@@ -22,7 +22,7 @@ type Setter = fn(&mut Setters, Expr) -> syn::Result<()>;
 
 /// Every option, in the order the docs list them, with its setter: the one
 /// place an option is named.
-const OPTIONS: [(&str, Setter); 13] = [
+const OPTIONS: [(&str, Setter); 14] = [
     ("key", Setters::set_key),
     ("keys", Setters::set_keys),
     ("permits", Setters::set_permits),
@@ -32,6 +32,7 @@ const OPTIONS: [(&str, Setter); 13] = [
     ("wait", Setters::set_wait),
     ("lock_at_most", Setters::set_lock_at_most),
     ("lock_at_least", Setters::set_lock_at_least),
+    ("max_hold", Setters::set_max_hold),
     ("on_busy", Setters::set_on_busy),
     ("min_replicas", Setters::set_min_replicas),
     ("client", Setters::set_client),
@@ -126,6 +127,8 @@ pub(crate) struct Options {
     /// `lock_at_least`, in milliseconds: how long after it was taken the
     /// lock stays taken, even when the body ends sooner.
     pub(crate) lock_at_least: Option<u64>,
+    /// `max_hold`, in milliseconds: how long the lock is renewed at most.
+    pub(crate) max_hold: Option<u64>,
     pub(crate) on_busy: OnBusy,
     /// Replicas that must confirm the lock; `None` leaves the client's
     /// setting, `Some(0)` turns it off for this lock.
@@ -199,6 +202,7 @@ impl Options {
             wait: setters.wait,
             lock_at_most: setters.lock_at_most,
             lock_at_least: setters.lock_at_least,
+            max_hold: setters.max_hold,
             on_busy: setters.on_busy.unwrap_or(OnBusy::Error),
             min_replicas: setters.min_replicas,
             client: setters.client,
@@ -219,6 +223,7 @@ struct Setters {
     wait: Option<u64>,
     lock_at_most: Option<u64>,
     lock_at_least: Option<u64>,
+    max_hold: Option<u64>,
     on_busy: Option<OnBusy>,
     min_replicas: Option<u32>,
     client: Option<Expr>,
@@ -279,7 +284,19 @@ impl Setters {
                  make `lock_at_least` shorter, or `lock_at_most` longer"
             )
         });
-        let rules: [(bool, &str, &str, &str); 12] = [
+        let capped = self
+            .max_hold
+            .zip(self.lease)
+            .filter(|(max_hold, lease)| max_hold < lease);
+        let capped_message = capped.map(|(max_hold, lease)| {
+            let (max_hold, lease) = (duration::display(max_hold), duration::display(lease));
+            format!(
+                "`max_hold = \"{max_hold}\"` is shorter than `lease = \"{lease}\"`: the lock would \
+                 never be renewed; make `lease` shorter than `max_hold` (it is renewed every third \
+                 of it), or `max_hold` longer"
+            )
+        });
+        let rules: [(bool, &str, &str, &str); 14] = [
             (
                 true,
                 "key",
@@ -358,6 +375,20 @@ impl Setters {
                 "`lock_at_least` cannot be used with `permits`: it keeps an exclusive or fair lock \
                  taken after a body that ends early, and a semaphore gives its permit back when the \
                  body ends; remove `lock_at_least`, or `permits` for a lock",
+            ),
+            (
+                true,
+                "max_hold",
+                "lock_at_most",
+                "`max_hold` cannot be used with `lock_at_most`: a `lock_at_most` lease is never \
+                 renewed, so it is its own cap; keep `lock_at_most` alone, or give `lease` (renewed) \
+                 with `max_hold`",
+            ),
+            (
+                capped.is_some(),
+                "max_hold",
+                "lease",
+                capped_message.as_deref().unwrap_or_default(),
             ),
             (
                 read,
@@ -614,6 +645,23 @@ impl Setters {
         Ok(())
     }
 
+    fn set_max_hold(&mut self, value: Expr) -> syn::Result<()> {
+        let (lit, ms) = duration_option(&value, "max_hold", "15m")?;
+        if ms < MIN_LEASE_MS {
+            return Err(syn::Error::new(
+                lit.span(),
+                format!(
+                    "`max_hold = \"{}\"` is too short: it is how long the lock is renewed at most, \
+                     and no lease is shorter than {}; remove it, or give a longer one",
+                    duration::display(ms),
+                    duration::display(MIN_LEASE_MS)
+                ),
+            ));
+        }
+        self.max_hold = Some(ms);
+        Ok(())
+    }
+
     fn set_on_busy(&mut self, value: Expr) -> syn::Result<()> {
         const EXPECTED: &str = "`\"error\"` (return `LockError::Timeout` as an error, the default) \
                                 or `\"skip\"` (return `Ok(None)` without running the body), \
@@ -858,6 +906,28 @@ mod tests {
     }
 
     #[test]
+    fn max_hold_is_checked_against_the_lease_and_lock_at_most() {
+        let options = Options::parse(quote!(key = "k", lease = "30s", max_hold = "15m"))
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(options.max_hold, Some(900_000));
+        let shorter = error(quote!(key = "k", lease = "30s", max_hold = "10s"));
+        assert!(
+            shorter.contains("`max_hold = \"10s\"` is shorter than `lease = \"30s\"`"),
+            "{shorter}"
+        );
+        let fixed = error(quote!(key = "k", lock_at_most = "1m", max_hold = "10m"));
+        assert!(
+            fixed.contains("`max_hold` cannot be used with `lock_at_most`"),
+            "{fixed}"
+        );
+        let short = error(quote!(key = "k", max_hold = "50ms"));
+        assert!(
+            short.contains("`max_hold = \"50ms\"` is too short"),
+            "{short}"
+        );
+    }
+
+    #[test]
     fn rejects_unknown_and_repeated_options() {
         let unknown = error(quote!(key = "k", leese = "1s"));
         assert!(
@@ -866,7 +936,7 @@ mod tests {
         );
         assert!(unknown.contains(
             "`key`, `keys`, `permits`, `mode`, `fair`, `lease`, `wait`, `lock_at_most`, \
-             `lock_at_least`, `on_busy`, `min_replicas`, `client` or `crate`"
+             `lock_at_least`, `max_hold`, `on_busy`, `min_replicas`, `client` or `crate`"
         ));
         assert!(!error(quote!(key = "k", bogus = 1)).contains("did you mean"));
         assert!(error(quote!(key = "a", key = "b")).contains("`key` is given more than once"));

@@ -171,6 +171,7 @@ fn lock_options(options: &Options, private: &TokenStream) -> TokenStream {
     let wait = duration(options.wait);
     let replicas = replicas(options.min_replicas);
     let at_least = duration(options.lock_at_least);
+    let max_hold = duration(options.max_hold);
     quote! {
         #private::Options {
             lease: #lease,
@@ -178,6 +179,7 @@ fn lock_options(options: &Options, private: &TokenStream) -> TokenStream {
             min_replicas: #replicas,
             at_least: #at_least,
             fixed_lease: #fixed_lease,
+            max_hold: #max_hold,
         }
     }
 }
@@ -547,7 +549,8 @@ mod tests {
              wait : :: core :: option :: Option :: None , \
              min_replicas : :: core :: option :: Option :: None , \
              at_least : :: core :: option :: Option :: None , \
-             fixed_lease : false , }"
+             fixed_lease : false , \
+             max_hold : :: core :: option :: Option :: None , }"
         );
         let code = expand(
             quote!(key = "k", lease = "1m", wait = "2s", min_replicas = 1),

@@ -73,6 +73,7 @@ use quote::quote;
 /// | `wait` | duration string; `"0s"` tries once | the client's default wait (10 s unless set on the builder) |
 /// | `lock_at_most` | duration string, instead of `lease`: a lease that is never renewed | the lease is renewed while the body runs |
 /// | `lock_at_least` | duration string | the lock is given back when the body ends |
+/// | `max_hold` | duration string, with `lease`: renewed up to this, no further | renewed as long as the body runs |
 /// | `on_busy` | `"error"` or `"skip"` | `"error"` |
 /// | `min_replicas` | whole number; `0` turns the client's setting off | the client's `min_replicas` (0 unless set on the builder) |
 /// | `client` | expression giving a `LockClient` | the client passed to `lock_runtime::install` |
@@ -247,6 +248,28 @@ use quote::quote;
 /// // Held ten minutes at most, even if the report hangs.
 /// #[distributed_lock(key = "job:nightly-report", lock_at_most = "10m")]
 /// async fn nightly_report() -> Result<(), LockError> {
+///     Ok(())
+/// }
+/// ```
+///
+/// ## `max_hold`
+///
+/// Renews the lock while the body runs, but never past `max_hold` after it
+/// was taken: then the body is stopped at its next `.await`, as on any
+/// loss (the function returns `Err(LockError::Lost { .. }.into())` with
+/// reason `MaxHold`), and the lock lapses in Redis by itself. Unlike
+/// `lock_at_most`, the lease stays short and renewed, so a holder that
+/// crashes frees the lock within a lease; `max_hold` bounds how long a
+/// body that hangs keeps everyone else out. Written like `lease`; less than
+/// 100 ms is an error, and so is a `max_hold` shorter than `lease` (the
+/// lock would never be renewed) or one with `lock_at_most` (never renewed
+/// anyway).
+///
+/// ```
+/// # use lock_runtime::{distributed_lock, LockError};
+/// // Renewed every 10 s while the sync runs, for 15 minutes at most.
+/// #[distributed_lock(key = "sync:<tenant>", lease = "30s", max_hold = "15m")]
+/// async fn sync_tenant(tenant: u64) -> Result<(), LockError> {
 ///     Ok(())
 /// }
 /// ```

@@ -56,6 +56,7 @@ const REASON: Label = (
         "not_held_at_reentry",
         "lease_ended",
         "shut_down",
+        "max_hold",
     ],
 );
 /// `acquire` in `Acquiring::finish`, `release` in `Hold::end`, `renew` in

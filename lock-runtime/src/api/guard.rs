@@ -369,6 +369,8 @@ impl LockGuard {
             .loss()
             .unwrap_or(if Instant::now() < held.valid_until() {
                 LossReason::NotHeld
+            } else if held.at_cap() {
+                LossReason::MaxHold
             } else if held.is_renewed() {
                 LossReason::Expired
             } else {

@@ -29,6 +29,8 @@ pub struct Options {
     pub at_least: Option<Duration>,
     /// `lock_at_most`: the lease is a hard bound, not renewed.
     pub fixed_lease: bool,
+    /// `max_hold`: renewed up to this after it was taken, no further.
+    pub max_hold: Option<Duration>,
 }
 
 /// Takes a lock of `kind` over `keys` (several only for `Exclusive`), with
@@ -53,6 +55,9 @@ pub async fn acquire_with(
     }
     if let Some(replicas) = options.min_replicas {
         request = request.min_replicas(replicas);
+    }
+    if let Some(max_hold) = options.max_hold {
+        request = request.max_hold(max_hold);
     }
     if let Some(at_least) = options.at_least {
         request = request.hold_at_least(at_least);

@@ -10,7 +10,7 @@ use tracing::Instrument;
 use crate::api::client::{Inner, LockClient};
 use crate::api::guard::{LockGuard, renewals};
 use crate::api::scope;
-use crate::base::config::{MAX_LEASE, Replicas};
+use crate::base::config::{MAX_LEASE, MIN_LEASE, Replicas};
 use crate::base::error::{Chain, LockError, LossReason};
 use crate::base::keys::LockKeys;
 use crate::base::kind::Kind;
@@ -51,6 +51,8 @@ pub struct LockRequest {
     /// How long after its acquisition the lock stays taken at least, even
     /// when released sooner.
     at_least: Option<Duration>,
+    /// How long the lock is renewed at most.
+    max_hold: Option<Duration>,
     /// A builder method that does not apply to this kind of lock, refused
     /// at `acquire`.
     misuse: Option<String>,
@@ -98,6 +100,7 @@ impl LockRequest {
             replicas: None,
             fixed_lease: false,
             at_least: None,
+            max_hold: None,
             misuse: None,
         }
     }
@@ -185,6 +188,43 @@ impl LockRequest {
     /// ```
     pub fn hold_at_least(mut self, at_least: Duration) -> Self {
         self.at_least = Some(at_least);
+        self
+    }
+
+    /// Renews the lock while the guard lives, but never past `max_hold`
+    /// after it was taken: then [`lost`](LockGuard::lost) fires (a
+    /// [`LossReason::MaxHold`](crate::LossReason::MaxHold) loss), a
+    /// `#[distributed_lock]` body is stopped, and the lock expires in Redis
+    /// by itself at that time if the guard is kept. A bound on how long
+    /// one holder can keep others out (a body stuck in a loop, a call that
+    /// never returns), unlike [`fixed_lease`](Self::fixed_lease), which
+    /// also gives up the renewal that protects a long hold against a
+    /// crash: here the lease stays short and renewed. `max_hold` of the
+    /// attribute. At least [`MIN_LEASE`](crate::MIN_LEASE); a lease
+    /// longer than it is shortened to it. A nested re-entry's cap applies
+    /// to the whole hold, the earlier one winning; an
+    /// [`extend`](LockGuard::extend) never goes past it.
+    ///
+    /// ```no_run
+    /// # async fn run(locks: lock_runtime::LockClient) -> Result<(), lock_runtime::LockError> {
+    /// use std::time::Duration;
+    ///
+    /// let guard = locks
+    ///     .lock("import:feed")
+    ///     .lease(Duration::from_secs(30))
+    ///     .max_hold(Duration::from_secs(15 * 60))
+    ///     .acquire()
+    ///     .await?;
+    /// tokio::select! {
+    ///     _ = guard.lost() => eprintln!("held for 15 minutes, or lost: stop"),
+    ///     _ = import() => {}
+    /// }
+    /// # Ok(())
+    /// # }
+    /// # async fn import() {}
+    /// ```
+    pub fn max_hold(mut self, max_hold: Duration) -> Self {
+        self.max_hold = Some(max_hold);
         self
     }
 
@@ -296,7 +336,7 @@ impl LockRequest {
         result
     }
 
-    async fn acquire_inner(self, span: &tracing::Span) -> Result<LockGuard, LockError> {
+    async fn acquire_inner(mut self, span: &tracing::Span) -> Result<LockGuard, LockError> {
         let inner = &self.client.inner;
         if let Some(misuse) = &self.misuse {
             return Err(LockError::Config(misuse.clone()));
@@ -306,6 +346,16 @@ impl LockRequest {
                 "empty lock name in `{}`",
                 self.label
             )));
+        }
+        if let Some(max_hold) = self.max_hold {
+            if max_hold < MIN_LEASE {
+                return Err(LockError::Config(format!(
+                    "`max_hold` {max_hold:?} for lock `{}` is shorter than the minimum lease {MIN_LEASE:?}",
+                    self.label
+                )));
+            }
+            // The first grant never outlives the cap either.
+            self.lease = self.lease.min(max_hold);
         }
         inner.config.check_lease(&self.label, self.lease)?;
         if let Kind::Permits(permits) = self.kind {
@@ -788,6 +838,9 @@ impl LockRequest {
                     sent,
                     replicas,
                     renewed: !self.fixed_lease,
+                    cap: self
+                        .max_hold
+                        .and_then(|max_hold| sent.checked_add(max_hold)),
                     tracked: Tracked::new(self.kind, span),
                 })
             })

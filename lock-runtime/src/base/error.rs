@@ -203,6 +203,10 @@ pub enum LossReason {
     /// Its client was shut down ([`LockClient::shutdown`](crate::LockClient::shutdown)),
     /// which gave the lock back.
     ShutDown,
+    /// It was held as long as its
+    /// [`max_hold`](crate::LockRequest::max_hold) allows (`max_hold` of the
+    /// attribute): renewed up to that cap and no further.
+    MaxHold,
 }
 
 impl fmt::Display for LossReason {
@@ -216,6 +220,7 @@ impl fmt::Display for LossReason {
             }
             LossReason::LeaseEnded => "its fixed lease ran out",
             LossReason::ShutDown => "its client was shut down",
+            LossReason::MaxHold => "it was held as long as its max_hold allows",
         })
     }
 }

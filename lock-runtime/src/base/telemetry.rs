@@ -232,6 +232,7 @@ fn reason_label(reason: LossReason) -> &'static str {
         LossReason::NotHeldAtReentry => "not_held_at_reentry",
         LossReason::LeaseEnded => "lease_ended",
         LossReason::ShutDown => "shut_down",
+        LossReason::MaxHold => "max_hold",
     }
 }
 

@@ -81,6 +81,9 @@ struct Timing {
     /// the lock is renewed only when a guard extends it or the client
     /// checks its locks after a lost connection.
     renewed: bool,
+    /// Never renewed past this (`LockRequest::max_hold`): the body is
+    /// stopped then, as on any loss.
+    cap: Option<Instant>,
 }
 
 impl Timing {
@@ -97,19 +100,31 @@ impl Timing {
     /// When a renewal sent at `sent` is followed by the next: a third of
     /// the lease later, or never for a lock that is not renewed.
     fn next_renewal(&self, sent: Instant) -> Instant {
-        if self.renewed {
+        let capped = self.cap.is_some_and(|cap| sent + self.lease >= cap);
+        if self.renewed && !capped {
             sent + self.lease / 3
         } else {
             sent + NEVER
         }
     }
 
-    /// The lease a renewal asks for: the lease, or for a lock that is not
-    /// renewed, the shortest there is: a check that it is still held, which
-    /// never lengthens it, since renewals never shorten what Redis keeps.
-    fn lease_at(&self) -> Duration {
-        if self.renewed {
-            self.lease
+    /// Whether the hold has reached its cap: it is valid up to the cap
+    /// (less the drift), and never renewed past it.
+    fn at_cap(&self) -> bool {
+        self.cap
+            .is_some_and(|cap| self.valid_until + self.drift >= cap)
+    }
+
+    /// The lease a renewal sent at `sent` asks for: the lease, up to the
+    /// cap; or for a lock that is not renewed (or at its cap), the shortest
+    /// there is: a check that it is still held, which never lengthens it,
+    /// since renewals never shorten what Redis keeps.
+    fn lease_at(&self, sent: Instant) -> Duration {
+        let left = self
+            .cap
+            .map_or(self.lease, |cap| cap.saturating_duration_since(sent));
+        if self.renewed && !left.is_zero() {
+            self.lease.min(left)
         } else {
             FIXED_CHECK
         }
@@ -161,6 +176,11 @@ impl Held {
     }
 
     /// Whether the watchdog renews it (not a fixed lease).
+    /// Whether the hold reached its `max_hold` cap.
+    pub(crate) fn at_cap(&self) -> bool {
+        self.timing().at_cap()
+    }
+
     pub(crate) fn is_renewed(&self) -> bool {
         self.timing().renewed
     }
@@ -252,6 +272,8 @@ pub(crate) struct Acquisition<'a> {
     pub(crate) replicas: Option<Replicas>,
     /// Renewed by the watchdog (not a fixed lease).
     pub(crate) renewed: bool,
+    /// Never renewed past this (`LockRequest::max_hold`).
+    pub(crate) cap: Option<Instant>,
     pub(crate) tracked: Tracked,
 }
 
@@ -337,6 +359,10 @@ impl Registry {
                 timing.drift = timing.drift.max(acquired.drift);
                 timing.confirm(acquired.sent, acquired.lease);
             }
+            // A nested cap bounds the whole hold too: the earlier wins.
+            if let Some(cap) = acquired.cap {
+                timing.cap = Some(timing.cap.map_or(cap, |held| held.min(cap)));
+            }
             return held.clone();
         }
         let held = Arc::new(Held {
@@ -354,6 +380,7 @@ impl Registry {
                 in_flight: false,
                 guards: 1,
                 renewed: acquired.renewed,
+                cap: acquired.cap,
             }),
             lost: OnceLock::new(),
             reason: OnceLock::new(),
@@ -521,7 +548,9 @@ pub(crate) async fn run(registry: Arc<Registry>, backend: Backend, shutdown: Can
     loop {
         let (overdue, due, next) = registry.sweep(Instant::now());
         for held in overdue {
-            let reason = if held.is_renewed() {
+            let reason = if held.at_cap() {
+                LossReason::MaxHold
+            } else if held.is_renewed() {
                 LossReason::Expired
             } else {
                 LossReason::LeaseEnded
@@ -566,7 +595,7 @@ async fn renew(registry: Arc<Registry>, backend: Backend, batch: Vec<Arc<Held>>)
                 key: held.keys.lock.as_str(),
                 stored: &held.stored,
                 owner: &held.owner,
-                lease: timing.lease_at(),
+                lease: timing.lease_at(sent),
             }
         })
         .collect();
@@ -631,6 +660,12 @@ pub(crate) async fn extend(
     lease: Duration,
 ) -> Result<(), LockError> {
     let sent = Instant::now();
+    // Never past a hold's cap (`max_hold`).
+    let lease = held
+        .iter()
+        .filter_map(|held| held.timing().cap)
+        .map(|cap| cap.saturating_duration_since(sent).max(FIXED_CHECK))
+        .fold(lease, Duration::min);
     let items: Vec<Renewing<'_>> = held
         .iter()
         .map(|held| Renewing {
@@ -695,8 +730,40 @@ mod tests {
             sent,
             replicas: None,
             renewed: true,
+            cap: None,
             tracked: Tracked::new(crate::base::kind::Kind::Exclusive, &tracing::Span::none()),
         }
+    }
+
+    #[test]
+    fn a_capped_hold_asks_for_no_more_than_its_cap_and_ends_there() {
+        let registry = Registry::default();
+        let keys = LockKeys::new("lock:", "capped");
+        let owner: Arc<str> = Arc::from("owner");
+        let start = Instant::now();
+        let lease = Duration::from_secs(3);
+        let cap = start + Duration::from_secs(4);
+        let held = registry.hold(Acquisition {
+            cap: Some(cap),
+            ..acquisition(&keys, &owner, lease, start)
+        });
+        assert!(!held.at_cap());
+        // A renewal 2 s in asks for the 2 s left, not the lease...
+        let at = start + Duration::from_secs(2);
+        let asked = held.timing().lease_at(at);
+        assert_eq!(asked, Duration::from_secs(2));
+        let mut timing = held.timing();
+        timing.confirm(at, asked);
+        // ...and is the last: none is due before the cap.
+        assert!(
+            timing.renew_at > cap + lease,
+            "{:?}",
+            timing.renew_at - start
+        );
+        drop(timing);
+        assert!(held.at_cap());
+        // Past the cap, a check asks for nothing more.
+        assert_eq!(held.timing().lease_at(cap), FIXED_CHECK);
     }
 
     #[tokio::test(start_paused = true)]
@@ -747,7 +814,7 @@ mod tests {
         let now = start + Duration::from_secs(2);
         let (_, due, _) = registry.sweep(now);
         assert_eq!(due.len(), 1);
-        let check = held.timing().lease_at();
+        let check = held.timing().lease_at(now);
         assert_eq!(check, FIXED_CHECK);
         let mut timing = held.timing();
         timing.confirm(now, check);
