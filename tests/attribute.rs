@@ -67,7 +67,7 @@ async fn ship(
     server: &RedisServer,
 ) -> Result<(CurrentLock, String), AppError> {
     let held = lock_runtime::current().ok_or(AppError::Rejected("no current lock"))?;
-    let exists = server.cli(&["EXISTS", &tagged_key(&held.key)]);
+    let exists = server.cli(&["EXISTS", &tagged_key(&held.name)]);
     Ok((held, exists))
 }
 
@@ -90,7 +90,7 @@ async fn key_is_built_from_fields_and_named_by_current() {
 
     assert!(lock_runtime::current().is_none());
     let (first, exists) = ship(&locks, &order, &server).await.expect("ship");
-    assert_eq!(first.key, expected);
+    assert_eq!(first.name, expected);
     assert_eq!(exists, "1", "the lock is in Redis while the body runs");
     assert!(
         lock_runtime::current().is_none(),
@@ -542,7 +542,7 @@ async fn early_returns_and_errors_release_the_lock() {
 
 #[distributed_lock(key = "installed:<name>")]
 async fn with_default_client(name: &str) -> Result<String, LockError> {
-    Ok(lock_runtime::current().expect("inside").key)
+    Ok(lock_runtime::current().expect("inside").name)
 }
 
 /// The only test in this binary that uses the process-wide default client.

@@ -72,7 +72,7 @@ async fn transfer(
 ) -> Result<Vec<String>, LockError> {
     let held: Vec<String> = lock_runtime::current_locks()
         .into_iter()
-        .map(|lock| lock.key)
+        .map(|lock| lock.name)
         .collect();
     let mut accounts = vec![from, to];
     accounts.dedup();

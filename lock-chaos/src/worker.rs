@@ -344,7 +344,7 @@ async fn extra_section(ctx: &Ctx, guard: LockGuard, role: Role, start: i64, acqu
     let valid_end = clock::instant_us(guard.valid_until());
     let lost = guard.is_lost();
     for lock in guard.fences() {
-        let key = lock.key.strip_prefix('k').and_then(|k| k.parse().ok());
+        let key = lock.name.strip_prefix('k').and_then(|k| k.parse().ok());
         emit(WorkerLine::Section(SectionLine {
             task,
             seq,
@@ -624,7 +624,7 @@ fn fenced_keys(guard: &LockGuard, key: u32) -> Vec<(u32, u64)> {
         .fences()
         .iter()
         .map(|lock| {
-            let index = lock.key.strip_prefix('k').and_then(|k| k.parse().ok());
+            let index = lock.name.strip_prefix('k').and_then(|k| k.parse().ok());
             (index.unwrap_or(key), lock.fence)
         })
         .collect()
@@ -1126,7 +1126,7 @@ impl Section<'_> {
             Some(Err(_)) => self.notice(),
             Some(Ok(Ok((acquired, fences, end, released)))) => {
                 for lock in fences {
-                    let index = lock.key.strip_prefix('k').and_then(|k| k.parse().ok());
+                    let index = lock.name.strip_prefix('k').and_then(|k| k.parse().ok());
                     emit(WorkerLine::Section(SectionLine {
                         task: self.task,
                         seq: nested,

@@ -132,7 +132,7 @@ use quote::quote;
 /// #[distributed_lock(keys = ["account:<from>", "account:<to>"])]
 /// async fn transfer(from: u64, to: u64, cents: u64) -> Result<(), LockError> {
 ///     let held = lock_runtime::current_locks();
-///     assert!(held.iter().any(|lock| lock.key == format!("account:{to}")));
+///     assert!(held.iter().any(|lock| lock.name == format!("account:{to}")));
 ///     Ok(())
 /// }
 /// ```
@@ -469,7 +469,7 @@ use quote::quote;
 /// #[distributed_lock(key = "account:<id>")]
 /// async fn transfer(id: u64, cents: i64) -> Result<(), LockError> {
 ///     let held = lock_runtime::current().expect("inside the lock");
-///     assert_eq!(held.key, format!("account:{id}"));
+///     assert_eq!(held.name, format!("account:{id}"));
 ///     audit(id).await // same key, same task: re-enters
 /// }
 ///
@@ -585,8 +585,8 @@ use quote::quote;
 ///
 /// | attribute | runtime |
 /// |---|---|
-/// | `lock_at_most = "10m"` | [`.lease(d).fixed_lease()`](../lock_runtime/struct.LockRequest.html#method.fixed_lease) |
-/// | `lock_at_least = "30s"` | [`.hold_at_least(d)`](../lock_runtime/struct.LockRequest.html#method.hold_at_least) |
+/// | `lock_at_most = "10m"` | [`.lock_at_most(d)`](../lock_runtime/struct.LockRequest.html#method.lock_at_most) |
+/// | `lock_at_least = "30s"` | [`.lock_at_least(d)`](../lock_runtime/struct.LockRequest.html#method.lock_at_least) |
 /// | `on_busy = "skip"` | `Err(e) if e.is_timeout()` from `acquire` becomes `Ok(None)`; with `wait = "0s"`, [`.try_acquire()`](../lock_runtime/struct.LockRequest.html#method.try_acquire) |
 ///
 /// The attribute does one thing more: when releasing fails because Redis

@@ -497,7 +497,7 @@ async fn a_fixed_lease_is_a_hard_bound_unless_extended(store: Store) {
     let (holder, other) = (store.client().await, store.client().await);
     let name = unique_key("fixed");
     let lease = Duration::from_millis(600);
-    let fixed = |client: &LockClient| client.lock(name.as_str()).lease(lease).fixed_lease();
+    let fixed = |client: &LockClient| client.lock(name.as_str()).lock_at_most(lease);
 
     // Not renewed: lost when the lease runs out, and free in Redis then.
     let guard = store.ok(fixed(&holder).acquire().await);
@@ -565,7 +565,7 @@ async fn a_lock_held_at_least_stays_taken_after_an_early_release(store: Store) {
     let acquired = Instant::now();
     let guard = store.ok(holder
         .lock(name.as_str())
-        .hold_at_least(at_least)
+        .lock_at_least(at_least)
         .acquire()
         .await);
     store.ok(guard.release().await);
@@ -585,7 +585,7 @@ async fn a_lock_held_at_least_stays_taken_after_an_early_release(store: Store) {
     // Released after the minimum: freed at once.
     let guard = store.ok(holder
         .lock(name.as_str())
-        .hold_at_least(Duration::from_millis(200))
+        .lock_at_least(Duration::from_millis(200))
         .acquire()
         .await);
     tokio::time::sleep(Duration::from_millis(400)).await;
@@ -596,7 +596,7 @@ async fn a_lock_held_at_least_stays_taken_after_an_early_release(store: Store) {
     // Not beyond the maximum lease.
     let refused = holder
         .lock(name.as_str())
-        .hold_at_least(Duration::MAX)
+        .lock_at_least(Duration::MAX)
         .acquire()
         .await;
     assert!(matches!(refused, Err(LockError::Config(_))), "{refused:?}");
@@ -604,7 +604,7 @@ async fn a_lock_held_at_least_stays_taken_after_an_early_release(store: Store) {
     // Not for a semaphore or a read lock.
     let refused = holder
         .semaphore(name.as_str(), 2)
-        .hold_at_least(at_least)
+        .lock_at_least(at_least)
         .acquire()
         .await;
     assert!(matches!(refused, Err(LockError::Config(_))), "{refused:?}");

@@ -44,7 +44,7 @@ async fn install_sets_the_default_client_once_and_current_names_the_held_lock() 
     let seen = outer
         .scope(async {
             let here = lock_runtime::current().expect("inside the scope");
-            assert_eq!(here.key, outer_name);
+            assert_eq!(here.name, outer_name);
             assert_eq!(here.fence, outer.fence());
             let inner = ok(
                 &server,
@@ -55,13 +55,13 @@ async fn install_sets_the_default_client_once_and_current_names_the_held_lock() 
                     .await,
             );
             let nested = inner
-                .scope(async { lock_runtime::current().expect("nested").key })
+                .scope(async { lock_runtime::current().expect("nested").name })
                 .await
                 .expect("not lost");
             assert_eq!(nested, inner_name);
             // Back in the outer scope once the inner one ends.
             assert_eq!(
-                lock_runtime::current().map(|c| c.key),
+                lock_runtime::current().map(|c| c.name),
                 Some(outer_name.clone())
             );
             ok(&server, inner.release().await);
@@ -69,7 +69,7 @@ async fn install_sets_the_default_client_once_and_current_names_the_held_lock() 
         })
         .await
         .expect("not lost");
-    assert_eq!(seen.key, outer_name);
+    assert_eq!(seen.name, outer_name);
     assert!(lock_runtime::current().is_none());
     ok(&server, outer.release().await);
 }

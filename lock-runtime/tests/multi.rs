@@ -110,7 +110,7 @@ async fn all_or_none_and_a_duplicate_name_is_one_lock() {
     let mut names = vec![a.clone(), b.clone()];
     names.sort();
     assert_eq!(
-        fences.iter().map(|f| f.key.clone()).collect::<Vec<_>>(),
+        fences.iter().map(|f| f.name.clone()).collect::<Vec<_>>(),
         names
     );
 

@@ -18,7 +18,7 @@ async fn same_scope_reenters_and_a_spawned_task_waits() {
     let fence = outer.fence();
     assert_eq!(server.cli(&["HGET", &key, "count"]), "1");
     let scoped = outer.scope(async {
-        assert_eq!(lock_runtime::current().map(|c| c.key), Some(name.clone()));
+        assert_eq!(lock_runtime::current().map(|c| c.name), Some(name.clone()));
         // Re-entry: no waiting, same token, count 2 then 3.
         let inner = ok(
             &server,
@@ -270,7 +270,7 @@ async fn a_nested_fixed_lease_keeps_the_outer_bound() {
     let name = unique_key("fixed-nested");
     let key = lock_key(&name);
     let lease = Duration::from_secs(4);
-    let take = || locks.lock(name.as_str()).lease(lease).fixed_lease();
+    let take = || locks.lock(name.as_str()).lock_at_most(lease);
     let outer = ok(&server, take().acquire().await);
     let bound = outer.valid_until();
     // Part of the bound goes by before the nested call.

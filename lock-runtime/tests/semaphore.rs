@@ -420,8 +420,7 @@ async fn a_semaphore_keeps_its_number_of_permits_until_it_empties() {
         &server,
         locks
             .semaphore(name.as_str(), 2)
-            .lease(MIN_LEASE * 3)
-            .fixed_lease()
+            .lock_at_most(MIN_LEASE * 3)
             .acquire()
             .await,
     );

@@ -216,15 +216,14 @@ async fn the_other_side_taken_with_a_fixed_lease_gets_the_whole_lease() {
     let write = ok(
         &server,
         a.write_lock(name.as_str())
-            .lease(lease)
-            .fixed_lease()
+            .lock_at_most(lease)
             .acquire()
             .await,
     );
     let readers = format!("{}:readers", lock_key(&name));
     let pttl = write
         .scope(async {
-            let read = a.read_lock(name.as_str()).lease(lease).fixed_lease();
+            let read = a.read_lock(name.as_str()).lock_at_most(lease);
             let read = ok(&server, read.acquire().await);
             let pttl: i64 = server.cli(&["PTTL", &readers]).trim().parse().unwrap();
             ok(&server, read.release().await);

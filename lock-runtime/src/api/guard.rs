@@ -50,7 +50,7 @@ pub struct LockGuard {
     /// The lock's span, and what it records at the end.
     telemetry: Hold,
     /// Until when the locks stay taken at least, even when released sooner
-    /// (`LockRequest::hold_at_least`).
+    /// (`LockRequest::lock_at_least`).
     keep_until: Option<Instant>,
     /// Cancelled when the critical section ends (see
     /// [`cancellation_token`](LockGuard::cancellation_token)); made on
@@ -92,7 +92,7 @@ impl LockGuard {
     }
 
     /// Keeps the locks taken until `at_least` after `acquired` at their
-    /// release (see `LockRequest::hold_at_least`).
+    /// release (see `LockRequest::lock_at_least`).
     pub(crate) fn held_at_least(mut self, at_least: Option<Duration>, acquired: Instant) -> Self {
         // At most `MAX_LEASE` (checked before acquiring): no overflow.
         self.keep_until = at_least.and_then(|at_least| acquired.checked_add(at_least));
@@ -102,7 +102,7 @@ impl LockGuard {
     /// Makes the lock (every lock of the guard) live at least `lease` from
     /// now in Redis, and moves [`valid_until`](LockGuard::valid_until)
     /// accordingly: for a lock taken with a
-    /// [`fixed_lease`](crate::LockRequest::fixed_lease), the way to hold it
+    /// [`lock_at_most`](crate::LockRequest::lock_at_most), the way to hold it
     /// longer than planned. It never shortens what Redis keeps. The
     /// watchdog goes on renewing a renewed lock with its own lease.
     ///
@@ -112,8 +112,7 @@ impl LockGuard {
     ///
     /// let guard = locks
     ///     .lock("import:batch-7")
-    ///     .lease(Duration::from_secs(60))
-    ///     .fixed_lease()
+    ///     .lock_at_most(Duration::from_secs(60))
     ///     .acquire()
     ///     .await?;
     /// // ... the import runs long: a minute more, from now.
@@ -145,8 +144,10 @@ impl LockGuard {
         &self.held[0]
     }
 
-    /// The lock's name (the first in sorted order, for a guard over several).
-    pub fn key(&self) -> &str {
+    /// The lock's name (the first in sorted order, for a guard over
+    /// several), as given to [`LockClient::lock`](crate::LockClient::lock);
+    /// its Redis key is another string (see [`LockInfo::key`](crate::LockInfo::key)).
+    pub fn name(&self) -> &str {
         &self.first().name
     }
 
@@ -215,7 +216,7 @@ impl LockGuard {
         self.held
             .iter()
             .map(|held| CurrentLock {
-                key: held.name.clone(),
+                name: held.name.clone(),
                 fence: held.fence,
             })
             .collect()
@@ -650,7 +651,7 @@ impl Drop for LockGuard {
         // Never block in drop: release on the runtime if there is one,
         // otherwise the lease runs out by itself.
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            tracing::debug!(key = %self.key(), "guard dropped outside a runtime; lock expires after its lease");
+            tracing::debug!(key = %self.name(), "guard dropped outside a runtime; lock expires after its lease");
             match lost_before {
                 Some(lost) => finish(telemetry, &Err(lost), &self.held),
                 None => telemetry.unreleased(renewals(&self.held)),

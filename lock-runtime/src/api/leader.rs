@@ -345,7 +345,7 @@ pub struct Leadership {
 impl Leadership {
     /// The election's name.
     pub fn name(&self) -> &str {
-        self.guard.key()
+        self.guard.name()
     }
 
     /// The leader's fencing token: strictly greater than the token of every

@@ -60,10 +60,12 @@ pub async fn acquire_with(
         request = request.max_hold(max_hold);
     }
     if let Some(at_least) = options.at_least {
-        request = request.hold_at_least(at_least);
+        request = request.lock_at_least(at_least);
     }
-    if options.fixed_lease {
-        request = request.fixed_lease();
+    if options.fixed_lease
+        && let Some(at_most) = options.lease
+    {
+        request = request.lock_at_most(at_most);
     }
     request.acquire().await
 }
@@ -103,7 +105,7 @@ where
     // belongs to the lock, and names it itself for filters that drop the
     // INFO span.
     let span = guard.span().clone();
-    let key = guard.key().to_owned();
+    let key = guard.name().to_owned();
     let result = match guard.scope(body).await {
         Ok(result) => result,
         Err(lost) => return Err(E::from(lost)),

@@ -129,16 +129,18 @@ impl LockRequest {
         self
     }
 
-    /// Makes the lease a hard upper bound: the watchdog does not renew the
-    /// lock, which stays held for the lease at most (unless extended with
-    /// [`LockGuard::extend`]). When the lease runs out while the guard
-    /// lives, [`lost`](LockGuard::lost) fires (a
+    /// Holds the lock for `at_most` at most: the lease is `at_most`, and the
+    /// watchdog does not renew it (unless extended with
+    /// [`LockGuard::extend`]). When it runs out while the guard lives,
+    /// [`lost`](LockGuard::lost) fires (a
     /// [`LossReason::LeaseEnded`](crate::LossReason::LeaseEnded) loss), and a
     /// `#[distributed_lock]` body is stopped. For jobs that must never hold
-    /// a lock longer than a bound (`lock_at_most` of the attribute).
+    /// a lock longer than a bound (`lock_at_most` of the attribute,
+    /// ShedLock's `lockAtMostFor`); to keep a short renewed lease with a
+    /// bound on the whole hold, see [`max_hold`](Self::max_hold).
     ///
-    /// A lock this task re-enters is renewed if any of its guards asks for
-    /// renewal.
+    /// A re-entry must ask for the same kind of lease as the held lock
+    /// (bounded or renewed), or it is refused with [`LockError::Config`].
     ///
     /// ```no_run
     /// # async fn run(locks: lock_runtime::LockClient) -> Result<(), lock_runtime::LockError> {
@@ -146,8 +148,7 @@ impl LockRequest {
     ///
     /// let guard = locks
     ///     .lock("report:nightly")
-    ///     .lease(Duration::from_secs(600))
-    ///     .fixed_lease()
+    ///     .lock_at_most(Duration::from_secs(600))
     ///     .acquire()
     ///     .await?;
     /// // Held for ten minutes at most, renewed by nobody.
@@ -155,7 +156,8 @@ impl LockRequest {
     /// # Ok(())
     /// # }
     /// ```
-    pub fn fixed_lease(mut self) -> Self {
+    pub fn lock_at_most(mut self, at_most: Duration) -> Self {
+        self.lease = at_most;
         self.fixed_lease = true;
         self
     }
@@ -175,7 +177,7 @@ impl LockRequest {
     ///
     /// let Some(guard) = locks
     ///     .lock("job:cleanup")
-    ///     .hold_at_least(Duration::from_secs(30))
+    ///     .lock_at_least(Duration::from_secs(30))
     ///     .try_acquire()
     ///     .await?
     /// else {
@@ -186,7 +188,7 @@ impl LockRequest {
     /// # Ok(())
     /// # }
     /// ```
-    pub fn hold_at_least(mut self, at_least: Duration) -> Self {
+    pub fn lock_at_least(mut self, at_least: Duration) -> Self {
         self.at_least = Some(at_least);
         self
     }
@@ -197,7 +199,7 @@ impl LockRequest {
     /// `#[distributed_lock]` body is stopped, and the lock expires in Redis
     /// by itself at that time if the guard is kept. A bound on how long
     /// one holder can keep others out (a body stuck in a loop, a call that
-    /// never returns), unlike [`fixed_lease`](Self::fixed_lease), which
+    /// never returns), unlike [`lock_at_most`](Self::lock_at_most), which
     /// also gives up the renewal that protects a long hold against a
     /// crash: here the lease stays short and renewed. `max_hold` of the
     /// attribute. At least [`MIN_LEASE`](crate::MIN_LEASE); a lease
@@ -327,7 +329,7 @@ impl LockRequest {
                 let fences = guard.fences();
                 let fences: Vec<(&str, u64)> = fences
                     .iter()
-                    .map(|lock| (lock.key.as_str(), lock.fence))
+                    .map(|lock| (lock.name.as_str(), lock.fence))
                     .collect();
                 acquiring.finish(Ok(&fences));
             }
@@ -365,13 +367,13 @@ impl LockRequest {
             && at_least > MAX_LEASE
         {
             return Err(LockError::Config(format!(
-                "`hold_at_least` {at_least:?} for lock `{}` is longer than the maximum {MAX_LEASE:?}",
+                "`lock_at_least` {at_least:?} for lock `{}` is longer than the maximum {MAX_LEASE:?}",
                 self.label
             )));
         }
         if self.at_least.is_some() && matches!(self.kind, Kind::Permits(_) | Kind::Read) {
             return Err(LockError::Config(format!(
-                "`hold_at_least` applies to exclusive and fair locks, not to the {} lock `{}`",
+                "`lock_at_least` applies to exclusive and fair locks, not to the {} lock `{}`",
                 self.kind.lock_kind(),
                 self.label
             )));

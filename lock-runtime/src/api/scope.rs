@@ -72,7 +72,7 @@ pub(crate) fn taker(client: Uuid, names: &[String]) -> Taker {
     let holder = |name: &String| {
         innermost
             .ancestors()
-            .find(|scope| scope.client == client && scope.locks.iter().any(|l| &l.key == name))
+            .find(|scope| scope.client == client && scope.locks.iter().any(|l| &l.name == name))
             .map(|scope| scope.owner.clone())
     };
     let mut owners = names.iter().map(holder);
@@ -98,7 +98,7 @@ pub(crate) async fn enter<F: Future>(scope: Scope, fut: F) -> F::Output {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CurrentLock {
     /// The lock's name, as given to [`LockClient::lock`](crate::LockClient::lock).
-    pub key: String,
+    pub name: String,
     /// Its fencing token.
     pub fence: u64,
 }
@@ -116,7 +116,7 @@ pub struct CurrentLock {
 /// guard
 ///     .scope(async {
 ///         let held = lock_runtime::current().expect("inside a critical section");
-///         assert_eq!(held.key, "report:daily");
+///         assert_eq!(held.name, "report:daily");
 ///         // storage.write_if_newer(held.fence, ...)
 ///     })
 ///     .await?;

@@ -9,7 +9,7 @@ use crate::base::error::LockError;
 /// renewal must make a round trip and be confirmed well within that time.
 pub const MIN_LEASE: Duration = Duration::from_millis(100);
 
-/// The longest lease (and `hold_at_least`) the library accepts, a year: a
+/// The longest lease (and `lock_at_least`) the library accepts, a year: a
 /// lock is always meant to run out, and longer durations would not fit the
 /// milliseconds Redis keeps expiries in (or the clock, for
 /// `Duration::MAX`).

@@ -197,7 +197,7 @@ pub enum LossReason {
     /// that lost it) while the enclosing holder thought it held it.
     NotHeldAtReentry,
     /// Its fixed lease ran out: it was taken with
-    /// [`fixed_lease`](crate::LockRequest::fixed_lease) (`lock_at_most` of
+    /// [`lock_at_most`](crate::LockRequest::lock_at_most) (`lock_at_most` of
     /// the attribute) and held to the end of it.
     LeaseEnded,
     /// Its client was shut down ([`LockClient::shutdown`](crate::LockClient::shutdown)),

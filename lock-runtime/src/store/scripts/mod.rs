@@ -272,7 +272,7 @@ pub(crate) struct Giving {
     /// Every re-entry level at once, not one.
     pub(crate) all: bool,
     /// A lock hash that becomes free stays taken this much longer (zero:
-    /// freed at once); see `LockRequest::hold_at_least`.
+    /// freed at once); see `LockRequest::lock_at_least`.
     pub(crate) keep: Duration,
     /// The releasing client has waiters of its own for the locks: announce
     /// a lock that becomes free even when no waiter marked it (a waiter
