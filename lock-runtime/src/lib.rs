@@ -103,6 +103,7 @@ pub use lock_macros::distributed_lock;
 pub use redis;
 pub use store::deployment::Deployment;
 #[cfg(feature = "memory")]
+#[cfg_attr(docsrs, doc(cfg(feature = "memory")))]
 pub use store::memory::MemoryStore;
 /// The token [`LockGuard::cancellation_token`] and
 /// [`current_cancellation_token`] hand out (tokio-util's), re-exported so

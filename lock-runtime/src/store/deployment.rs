@@ -432,6 +432,7 @@ impl From<SentinelClient> for Deployment {
 }
 
 #[cfg(feature = "memory")]
+#[cfg_attr(docsrs, doc(cfg(feature = "memory")))]
 impl From<MemoryStore> for Deployment {
     fn from(store: MemoryStore) -> Deployment {
         Deployment::Memory(store)
