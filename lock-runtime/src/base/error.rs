@@ -229,6 +229,24 @@ impl LockError {
     /// True for [`LockError::Timeout`]: the lock stayed taken for the whole
     /// wait; and for [`LockError::Quarantined`], a wait the restart
     /// quarantine ended.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), lock_runtime::LockError> {
+    /// use std::time::Duration;
+    /// use lock_runtime::LockClient;
+    ///
+    /// let locks = LockClient::in_memory().await?;
+    /// let held = locks.lock("report").acquire().await?;
+    /// // Outside `held`'s scope this is another owner's attempt: it waits.
+    /// match locks.lock("report").wait(Duration::from_millis(50)).acquire().await {
+    ///     Err(err) if err.is_timeout() => { /* someone else is on it: skip */ }
+    ///     other => panic!("expected a timeout, got {other:?}"),
+    /// }
+    /// held.release().await?;
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn is_timeout(&self) -> bool {
         matches!(
             self,
@@ -237,12 +255,38 @@ impl LockError {
     }
 
     /// True for [`LockError::Lost`]: mutual exclusion can no longer be assumed.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), lock_runtime::LockError> {
+    /// use lock_runtime::{LockClient, LockError, LossReason, MemoryStore};
+    ///
+    /// let store = MemoryStore::new();
+    /// let locks = LockClient::connect(store.clone()).await?;
+    /// let guard = locks.lock("order:42").acquire().await?;
+    /// store.restart(); // as Redis restarting without its data
+    /// guard.lost().await;
+    /// let err = guard.release().await.unwrap_err();
+    /// assert!(err.is_lost());
+    /// assert!(matches!(err, LockError::Lost { reason: LossReason::NotHeld, .. }));
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn is_lost(&self) -> bool {
         matches!(self, LockError::Lost { .. })
     }
 
     /// True when Redis could not be reached or did not answer in time; trying
     /// again later may succeed.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use lock_runtime::LockError;
+    ///
+    /// let err = LockError::CommandTimeout { key: None, after: Duration::from_secs(3) };
+    /// assert!(err.is_unavailable()); // worth a retry after a pause
+    /// assert!(!LockError::Config("empty lock name".into()).is_unavailable());
+    /// ```
     pub fn is_unavailable(&self) -> bool {
         matches!(
             self,
@@ -254,6 +298,14 @@ impl LockError {
     }
 
     /// The lock's name, for the errors that concern one lock.
+    ///
+    /// ```
+    /// use lock_runtime::{LockError, LossReason};
+    ///
+    /// let lost = LockError::Lost { key: "order:42".into(), reason: LossReason::Expired };
+    /// assert_eq!(lost.key(), Some("order:42"));
+    /// assert_eq!(LockError::ShutDown.key(), None);
+    /// ```
     pub fn key(&self) -> Option<&str> {
         match self {
             LockError::Timeout { key, .. }
