@@ -687,6 +687,24 @@ impl LockClient {
     /// own (`order:42` and `{order:42}` are two). A Redis Cluster hash tag in
     /// the name (`{tenant:7}:order:42`) decides its slot, so locks can share
     /// a slot with data.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), lock_runtime::LockError> {
+    /// use std::time::Duration;
+    ///
+    /// let locks = lock_runtime::LockClient::in_memory().await?;
+    /// let guard = locks
+    ///     .lock("order:42")
+    ///     .lease(Duration::from_secs(30))
+    ///     .wait(Duration::from_secs(5))
+    ///     .acquire()
+    ///     .await?;
+    /// assert_eq!(guard.name(), "order:42");
+    /// guard.release().await?;
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn lock(&self, name: impl Into<String>) -> LockRequest {
         LockRequest::new(self.clone(), Kind::Exclusive, vec![name.into()])
     }

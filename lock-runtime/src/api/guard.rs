@@ -231,6 +231,18 @@ impl LockGuard {
     /// ([`valid_until`](LockGuard::valid_until)) has passed, without waiting
     /// for the watchdog: a process that was frozen (a blocking call, a paused
     /// VM) learns it at its first await after thawing.
+    ///
+    /// ```no_run
+    /// # async fn run(locks: lock_runtime::LockClient) -> Result<(), lock_runtime::LockError> {
+    /// let guard = locks.lock("ledger:7").acquire().await?;
+    /// tokio::select! {
+    ///     _ = guard.lost() => return Err(guard.lost_error()), // stop writing
+    ///     _ = post_entries(guard.fence()) => {}
+    /// }
+    /// guard.release().await
+    /// # }
+    /// # async fn post_entries(_fence: u64) {}
+    /// ```
     pub async fn lost(&self) {
         let lost = self.lost_token();
         loop {
@@ -384,6 +396,17 @@ impl LockGuard {
     }
 
     /// Gives the lock back (one level, if re-entered) and stops renewing it.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), lock_runtime::LockError> {
+    /// let locks = lock_runtime::LockClient::in_memory().await?;
+    /// let guard = locks.lock("invoice:7").acquire().await?;
+    /// guard.release().await?; // Err(Lost) if it was lost meanwhile
+    /// assert!(locks.lock("invoice:7").try_acquire().await?.is_some());
+    /// # Ok(())
+    /// # }
+    /// ```
     ///
     /// A release whose future is dropped before it is done (a `timeout`
     /// around it, a request handler cancelled) still gives the lock back,

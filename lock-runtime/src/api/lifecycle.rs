@@ -111,8 +111,13 @@ impl LockClient {
     /// Calling it again does nothing more.
     ///
     /// ```no_run
-    /// # async fn run(locks: lock_runtime::LockClient) -> Result<(), lock_runtime::LockError> {
-    /// tokio::signal::ctrl_c().await.ok();
+    /// # async fn run(
+    /// #     locks: lock_runtime::LockClient,
+    /// #     terminate: tokio::sync::oneshot::Receiver<()>,
+    /// # ) -> Result<(), lock_runtime::LockError> {
+    /// // SIGTERM arrived (`tokio::signal::unix::signal` in a service), and the
+    /// // server stopped taking requests.
+    /// terminate.await.ok();
     /// locks.shutdown().await?;
     /// # Ok(())
     /// # }

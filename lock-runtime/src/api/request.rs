@@ -306,6 +306,21 @@ impl LockRequest {
     /// release is published, the holder's lease runs out, or its own wait
     /// ends, whichever comes first; it does not poll.
     ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), lock_runtime::LockError> {
+    /// use std::time::Duration;
+    ///
+    /// let locks = lock_runtime::LockClient::in_memory().await?;
+    /// let first = locks.lock("invoice:7").acquire().await?;
+    /// // Another owner waits up to 50 ms, and times out: the lock is held.
+    /// let second = locks.lock("invoice:7").wait(Duration::from_millis(50)).acquire().await;
+    /// assert!(second.is_err_and(|err| err.is_timeout()));
+    /// first.release().await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
     /// # Errors
     ///
     /// [`LockError::Timeout`] when the lock stayed held for the whole wait;
