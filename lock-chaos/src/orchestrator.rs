@@ -6,7 +6,7 @@ use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use lock_runtime::{Deployment, LockClient, LockGuard, LockRequest};
+use lock_runtime::{LockClient, LockGuard, LockRequest};
 use lock_testkit::{Proxy, RedisCluster, RedisServer, SentinelGroup};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::process::{Child, ChildStdin, Command};
@@ -152,12 +152,13 @@ impl Topo {
 
     /// How the clients reach a Cluster or a Sentinel group: directly
     /// (`None` for the topologies behind proxies).
-    fn direct_deployment(&self) -> Option<Deployment> {
+    /// As the workers' argument (see [`deployment_spec`]).
+    fn direct_deployment(&self) -> Option<String> {
         match self {
-            Topo::Cluster(cluster) => Some(Deployment::cluster(cluster.urls())),
-            Topo::Sentinel(group) => Some(Deployment::sentinel(
-                group.sentinel_urls(),
+            Topo::Cluster(cluster) => Some(deployment_spec::cluster(&cluster.urls())),
+            Topo::Sentinel(group) => Some(deployment_spec::sentinel(
                 group.service_name(),
+                &group.sentinel_urls(),
             )),
             Topo::Single(_) | Topo::Redlock(_) => None,
         }
@@ -2015,9 +2016,9 @@ impl Run {
         let redis_version = redis_version(&redis).await;
         let proxies = start_proxies(ports).await?;
         let deployment = match (direct, setup) {
-            (Some(deployment), _) => deployment_spec(&deployment),
+            (Some(deployment), _) => deployment,
             (None, Setup::Redlock) => {
-                deployment_spec(&Deployment::redlock(proxies.iter().map(Proxy::url)))
+                deployment_spec::redlock(&proxies.iter().map(Proxy::url).collect::<Vec<_>>())
             }
             (None, _) => proxies[0].url(),
         };

@@ -86,16 +86,22 @@ pub struct WorkerConfig {
 }
 
 /// The worker argument naming a deployment other than one server:
-/// `cluster|url,url,..`, `sentinel|service|url,..` or `redlock|url,..`.
-pub fn deployment_spec(deployment: &Deployment) -> String {
-    match deployment {
-        Deployment::Cluster(urls) => format!("cluster|{}", urls.join(",")),
-        Deployment::Sentinel { sentinels, service } => {
-            format!("sentinel|{service}|{}", sentinels.join(","))
-        }
-        Deployment::Redlock(urls) => format!("redlock|{}", urls.join(",")),
-        Deployment::Server(url) => url.clone(),
-        other => format!("{other:?}"),
+/// `cluster|url,url,..`, `sentinel|service|url,..` or `redlock|url,..` (a
+/// plain URL is one server); [`parse_deployment`] reads it back.
+pub mod deployment_spec {
+    /// A Redis Cluster through these seed nodes.
+    pub fn cluster(urls: &[String]) -> String {
+        format!("cluster|{}", urls.join(","))
+    }
+
+    /// The master of `service` these sentinels report.
+    pub fn sentinel(service: &str, sentinels: &[String]) -> String {
+        format!("sentinel|{service}|{}", sentinels.join(","))
+    }
+
+    /// Redlock over these masters.
+    pub fn redlock(urls: &[String]) -> String {
+        format!("redlock|{}", urls.join(","))
     }
 }
 

@@ -24,7 +24,7 @@ use crate::engine::watchdog::{self, Registry};
 use crate::store::connection::{
     self, ClusterSource, Conn, Following, Managed, OnSwitch, Sentinels,
 };
-use crate::store::deployment::Deployment;
+use crate::store::deployment::{Deployment, Spec};
 #[cfg(feature = "memory")]
 use crate::store::memory::MemoryStore;
 use crate::store::node::Node;
@@ -431,16 +431,16 @@ async fn connect_deployment(
     let infos = |infos: &[ConnectionInfo]| -> Vec<ConnectionInfo> {
         infos.iter().cloned().map(connection::node_info).collect()
     };
-    match deployment {
-        Deployment::Server(url) => {
+    match &deployment.spec {
+        Spec::Server(url) => {
             let info = connection::connection_info(url)?;
             one(connect_server(info, config, push(), None).await?)
         }
-        Deployment::ServerInfo(info) => {
+        Spec::ServerInfo(info) => {
             let info = connection::node_info(info.clone());
             one(connect_server(info, config, push(), None).await?)
         }
-        Deployment::Shared { manager, client } => {
+        Spec::Shared { manager, client } => {
             let info = connection::node_info(client.get_connection_info().clone());
             let client_db = info.redis_settings().db();
             let (node, subscriber) =
@@ -449,7 +449,7 @@ async fn connect_deployment(
             one((node, subscriber))
         }
         #[cfg(feature = "memory")]
-        Deployment::Memory(store) => {
+        Spec::Memory(store) => {
             let push = push();
             let subscriber = store.server.subscriber(move |message| {
                 // The handler only queues: it cannot fail.
@@ -462,17 +462,17 @@ async fn connect_deployment(
             };
             Ok((vec![node], vec![Subscriber::Memory(subscriber)], 1))
         }
-        Deployment::Redlock(masters) => {
+        Spec::Redlock(masters) => {
             connect_redlock(urls(masters)?, config, wakeups, on_disconnect).await
         }
-        Deployment::RedlockNodes(masters) => {
+        Spec::RedlockNodes(masters) => {
             connect_redlock(infos(masters), config, wakeups, on_disconnect).await
         }
-        Deployment::Cluster(seeds) => {
+        Spec::Cluster(seeds) => {
             let source = ClusterSource::from_nodes(&urls(seeds)?, config)?;
             one(connect_cluster(source, redact_urls(seeds), config, push()).await?)
         }
-        Deployment::ClusterNodes(seeds) => {
+        Spec::ClusterNodes(seeds) => {
             let address = seeds
                 .iter()
                 .map(|info| info.addr().to_string())
@@ -481,16 +481,16 @@ async fn connect_deployment(
             let source = ClusterSource::from_nodes(&infos(seeds), config)?;
             one(connect_cluster(source, address, config, push()).await?)
         }
-        Deployment::ClusterClient(client) => {
+        Spec::ClusterClient(client) => {
             let source = ClusterSource::from_client(client)?;
             one(connect_cluster(source, "a ClusterClient".into(), config, push()).await?)
         }
-        Deployment::Sentinel { sentinels, service } => {
+        Spec::Sentinel { sentinels, service } => {
             let address = format!("{service} via {}", redact_urls(sentinels));
             let sentinels = Sentinels::new(sentinels, service, config)?;
             one(connect_sentinel(sentinels, address, config, wakeups, on_disconnect).await?)
         }
-        Deployment::SentinelNodes { sentinels, service } => {
+        Spec::SentinelNodes { sentinels, service } => {
             let address = format!(
                 "{service} via {}",
                 sentinels
@@ -502,7 +502,7 @@ async fn connect_deployment(
             let sentinels = Sentinels::of_nodes(sentinels.clone(), service, config)?;
             one(connect_sentinel(sentinels, address, config, wakeups, on_disconnect).await?)
         }
-        Deployment::SentinelClient(client) => {
+        Spec::SentinelClient(client) => {
             let sentinels = Sentinels::of_client(client.clone(), config);
             let connected = connect_sentinel(
                 sentinels,

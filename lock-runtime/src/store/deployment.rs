@@ -102,8 +102,14 @@ use crate::store::memory::MemoryStore;
 /// # }
 /// ```
 #[derive(Clone)]
-#[non_exhaustive]
-pub enum Deployment {
+pub struct Deployment {
+    pub(crate) spec: Spec,
+}
+
+/// What a [`Deployment`] names, kept out of the public API: the variants
+/// carry redis-rs handles whose shape is this crate's business.
+#[derive(Clone)]
+pub(crate) enum Spec {
     /// One Redis server (or a proxy in front of one).
     Server(String),
     /// A Redis Cluster, reached through any of these seed nodes. Each lock's
@@ -176,13 +182,24 @@ pub enum Deployment {
 }
 
 impl Deployment {
+    /// What `spec` names.
+    pub(crate) fn of(spec: Spec) -> Deployment {
+        Deployment { spec }
+    }
+
+    /// One Redis server (or a proxy in front of one), by URL: the same as
+    /// `Deployment::from(url)`.
+    pub fn server(url: impl Into<String>) -> Deployment {
+        Deployment::of(Spec::Server(url.into()))
+    }
+
     /// A Redis Cluster reached through these seed nodes.
     pub fn cluster<I>(nodes: I) -> Deployment
     where
         I: IntoIterator,
         I::Item: Into<String>,
     {
-        Deployment::Cluster(nodes.into_iter().map(Into::into).collect())
+        Deployment::of(Spec::Cluster(nodes.into_iter().map(Into::into).collect()))
     }
 
     /// The master of `service` as reported by these sentinels.
@@ -191,10 +208,10 @@ impl Deployment {
         I: IntoIterator,
         I::Item: Into<String>,
     {
-        Deployment::Sentinel {
+        Deployment::of(Spec::Sentinel {
             sentinels: sentinels.into_iter().map(Into::into).collect(),
             service: service.into(),
-        }
+        })
     }
 
     /// Redlock over these independent masters (an odd number, 3 or 5, is usual).
@@ -203,7 +220,7 @@ impl Deployment {
         I: IntoIterator,
         I::Item: Into<String>,
     {
-        Deployment::Redlock(masters.into_iter().map(Into::into).collect())
+        Deployment::of(Spec::Redlock(masters.into_iter().map(Into::into).collect()))
     }
 
     /// A Redis Cluster reached through these seed nodes, given as redis-rs
@@ -222,7 +239,7 @@ impl Deployment {
     where
         I: IntoIterator<Item = ConnectionInfo>,
     {
-        Deployment::ClusterNodes(nodes.into_iter().collect())
+        Deployment::of(Spec::ClusterNodes(nodes.into_iter().collect()))
     }
 
     /// The master of `service` as reported by these sentinels, given as
@@ -233,10 +250,10 @@ impl Deployment {
     where
         I: IntoIterator<Item = ConnectionInfo>,
     {
-        Deployment::SentinelNodes {
+        Deployment::of(Spec::SentinelNodes {
             sentinels: sentinels.into_iter().collect(),
             service: service.into(),
-        }
+        })
     }
 
     /// Redlock over these independent masters, given as redis-rs
@@ -246,7 +263,7 @@ impl Deployment {
     where
         I: IntoIterator<Item = ConnectionInfo>,
     {
-        Deployment::RedlockNodes(masters.into_iter().collect())
+        Deployment::of(Spec::RedlockNodes(masters.into_iter().collect()))
     }
 
     /// One server, with the application's [`ConnectionManager`] as the lock
@@ -268,30 +285,30 @@ impl Deployment {
     /// and reconnection settings stay; the builder's command timeout still
     /// bounds every call.
     pub fn shared(manager: ConnectionManager, client: redis::Client) -> Deployment {
-        Deployment::Shared { manager, client }
+        Deployment::of(Spec::Shared { manager, client })
     }
 
     /// Every URL the deployment names, for checks and messages.
     pub(crate) fn urls(&self) -> &[String] {
-        match self {
-            Deployment::Server(url) => std::slice::from_ref(url),
-            Deployment::Cluster(urls) | Deployment::Redlock(urls) => urls,
-            Deployment::Sentinel { sentinels, .. } => sentinels,
+        match &self.spec {
+            Spec::Server(url) => std::slice::from_ref(url),
+            Spec::Cluster(urls) | Spec::Redlock(urls) => urls,
+            Spec::Sentinel { sentinels, .. } => sentinels,
             _ => &[],
         }
     }
 
     /// Whether the deployment is one of Redis servers that names none.
     pub(crate) fn names_no_server(&self) -> bool {
-        match self {
+        match &self.spec {
             #[cfg(feature = "memory")]
-            Deployment::Memory(_) => false,
-            Deployment::ServerInfo(_)
-            | Deployment::Shared { .. }
-            | Deployment::ClusterClient(_)
-            | Deployment::SentinelClient(_) => false,
-            Deployment::ClusterNodes(nodes) | Deployment::RedlockNodes(nodes) => nodes.is_empty(),
-            Deployment::SentinelNodes { sentinels, .. } => sentinels.is_empty(),
+            Spec::Memory(_) => false,
+            Spec::ServerInfo(_)
+            | Spec::Shared { .. }
+            | Spec::ClusterClient(_)
+            | Spec::SentinelClient(_) => false,
+            Spec::ClusterNodes(nodes) | Spec::RedlockNodes(nodes) => nodes.is_empty(),
+            Spec::SentinelNodes { sentinels, .. } => sentinels.is_empty(),
             _ => self.urls().is_empty(),
         }
     }
@@ -300,14 +317,14 @@ impl Deployment {
     /// connection for every slot).
     pub(crate) fn is_cluster(&self) -> bool {
         matches!(
-            self,
-            Deployment::Cluster(_) | Deployment::ClusterNodes(_) | Deployment::ClusterClient(_)
+            &self.spec,
+            Spec::Cluster(_) | Spec::ClusterNodes(_) | Spec::ClusterClient(_)
         )
     }
 
     /// Whether this is Redlock over independent masters.
     pub(crate) fn is_redlock(&self) -> bool {
-        matches!(self, Deployment::Redlock(_) | Deployment::RedlockNodes(_))
+        matches!(&self.spec, Spec::Redlock(_) | Spec::RedlockNodes(_))
     }
 
     /// Whether connecting may need TLS as far as can be seen beforehand:
@@ -317,14 +334,12 @@ impl Deployment {
     pub(crate) fn may_use_tls(&self) -> bool {
         let tls =
             |info: &ConnectionInfo| matches!(info.addr(), redis::ConnectionAddr::TcpTls { .. });
-        match self {
-            Deployment::ServerInfo(info) => tls(info),
-            Deployment::Shared { client, .. } => tls(client.get_connection_info()),
-            Deployment::ClusterNodes(nodes) | Deployment::RedlockNodes(nodes) => {
-                nodes.iter().any(tls)
-            }
-            Deployment::SentinelNodes { sentinels, .. } => sentinels.iter().any(tls),
-            Deployment::ClusterClient(client) => {
+        match &self.spec {
+            Spec::ServerInfo(info) => tls(info),
+            Spec::Shared { client, .. } => tls(client.get_connection_info()),
+            Spec::ClusterNodes(nodes) | Spec::RedlockNodes(nodes) => nodes.iter().any(tls),
+            Spec::SentinelNodes { sentinels, .. } => sentinels.iter().any(tls),
+            Spec::ClusterClient(client) => {
                 crate::store::connection::ClusterClientSettings::of(client).tls
             }
             _ => self
@@ -339,58 +354,52 @@ impl Deployment {
 /// (redis-rs redacts passwords in its own `Debug` output).
 impl fmt::Debug for Deployment {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Deployment::Server(url) => f.debug_tuple("Server").field(&Redacted(url)).finish(),
-            Deployment::Cluster(urls) => {
-                f.debug_tuple("Cluster").field(&RedactedList(urls)).finish()
-            }
-            Deployment::Sentinel { sentinels, service } => f
+        match &self.spec {
+            Spec::Server(url) => f.debug_tuple("Server").field(&Redacted(url)).finish(),
+            Spec::Cluster(urls) => f.debug_tuple("Cluster").field(&RedactedList(urls)).finish(),
+            Spec::Sentinel { sentinels, service } => f
                 .debug_struct("Sentinel")
                 .field("sentinels", &RedactedList(sentinels))
                 .field("service", service)
                 .finish(),
-            Deployment::Redlock(urls) => {
-                f.debug_tuple("Redlock").field(&RedactedList(urls)).finish()
-            }
+            Spec::Redlock(urls) => f.debug_tuple("Redlock").field(&RedactedList(urls)).finish(),
             #[cfg(feature = "memory")]
-            Deployment::Memory(store) => f.debug_tuple("Memory").field(store).finish(),
-            Deployment::ServerInfo(info) => f.debug_tuple("ServerInfo").field(info).finish(),
-            Deployment::Shared { manager, client } => f
+            Spec::Memory(store) => f.debug_tuple("Memory").field(store).finish(),
+            Spec::ServerInfo(info) => f.debug_tuple("ServerInfo").field(info).finish(),
+            Spec::Shared { manager, client } => f
                 .debug_struct("Shared")
                 .field("manager", manager)
                 .field("client", client)
                 .finish(),
-            Deployment::ClusterNodes(nodes) => f.debug_tuple("ClusterNodes").field(nodes).finish(),
-            Deployment::ClusterClient(client) => {
-                f.debug_tuple("ClusterClient").field(client).finish()
-            }
-            Deployment::SentinelNodes { sentinels, service } => f
+            Spec::ClusterNodes(nodes) => f.debug_tuple("ClusterNodes").field(nodes).finish(),
+            Spec::ClusterClient(client) => f.debug_tuple("ClusterClient").field(client).finish(),
+            Spec::SentinelNodes { sentinels, service } => f
                 .debug_struct("SentinelNodes")
                 .field("sentinels", sentinels)
                 .field("service", service)
                 .finish(),
             // redis-rs gives a SentinelClient no `Debug`.
-            Deployment::SentinelClient(_) => f.write_str("SentinelClient(..)"),
-            Deployment::RedlockNodes(nodes) => f.debug_tuple("RedlockNodes").field(nodes).finish(),
+            Spec::SentinelClient(_) => f.write_str("SentinelClient(..)"),
+            Spec::RedlockNodes(nodes) => f.debug_tuple("RedlockNodes").field(nodes).finish(),
         }
     }
 }
 
 impl From<&str> for Deployment {
     fn from(url: &str) -> Deployment {
-        Deployment::Server(url.to_owned())
+        Deployment::of(Spec::Server(url.to_owned()))
     }
 }
 
 impl From<String> for Deployment {
     fn from(url: String) -> Deployment {
-        Deployment::Server(url)
+        Deployment::of(Spec::Server(url))
     }
 }
 
 impl From<&String> for Deployment {
     fn from(url: &String) -> Deployment {
-        Deployment::Server(url.clone())
+        Deployment::of(Spec::Server(url.clone()))
     }
 }
 
@@ -398,36 +407,43 @@ impl From<&String> for Deployment {
 /// database, protocol, TLS certificates, TCP settings).
 impl From<redis::Client> for Deployment {
     fn from(client: redis::Client) -> Deployment {
-        Deployment::ServerInfo(client.get_connection_info().clone())
+        Deployment::of(Spec::ServerInfo(client.get_connection_info().clone()))
     }
 }
 
 /// One server: the client's connection info.
 impl From<&redis::Client> for Deployment {
     fn from(client: &redis::Client) -> Deployment {
-        Deployment::ServerInfo(client.get_connection_info().clone())
+        Deployment::of(Spec::ServerInfo(client.get_connection_info().clone()))
     }
 }
 
 /// One server.
 impl From<ConnectionInfo> for Deployment {
     fn from(info: ConnectionInfo) -> Deployment {
-        Deployment::ServerInfo(info)
+        Deployment::of(Spec::ServerInfo(info))
     }
 }
 
-/// A Redis Cluster through this client, used as it is (see
-/// [`Deployment::ClusterClient`] for what it must be built with).
+/// A Redis Cluster through this client, whose settings are used as they
+/// are: it must be built with `.retries(0)` and
+/// `.use_protocol(ProtocolVersion::RESP3)`, or connecting fails with
+/// [`LockError::Config`](crate::LockError::Config) saying why.
 impl From<ClusterClient> for Deployment {
     fn from(client: ClusterClient) -> Deployment {
-        Deployment::ClusterClient(client)
+        Deployment::of(Spec::ClusterClient(client))
     }
 }
 
-/// The master this Sentinel client finds.
+/// The master this Sentinel client finds: its sentinels, service name and
+/// data-node settings (credentials, TLS, database) are used. It must be
+/// built with `SentinelServerType::Master`. Clones of the deployment share
+/// the one `SentinelClient`.
 impl From<SentinelClient> for Deployment {
     fn from(client: SentinelClient) -> Deployment {
-        Deployment::SentinelClient(Arc::new(tokio::sync::Mutex::new(client)))
+        Deployment::of(Spec::SentinelClient(Arc::new(tokio::sync::Mutex::new(
+            client,
+        ))))
     }
 }
 
@@ -435,6 +451,6 @@ impl From<SentinelClient> for Deployment {
 #[cfg_attr(docsrs, doc(cfg(feature = "memory")))]
 impl From<MemoryStore> for Deployment {
     fn from(store: MemoryStore) -> Deployment {
-        Deployment::Memory(store)
+        Deployment::of(Spec::Memory(store))
     }
 }
