@@ -1,10 +1,10 @@
 //! [`RedisCluster`]: a Redis Cluster of private `redis-server` processes.
 
 use std::path::Path;
-use std::process::Command;
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use crate::resp::Reply;
+use crate::server::{binary, major_version};
 use crate::{RedisServer, ask, ask_text, free_port, info_field, is_live, log_tail, wait_for};
 
 /// Number of hash slots of a Redis Cluster.
@@ -61,13 +61,15 @@ impl RedisCluster {
     /// `--cluster-enabled yes`, its own cluster config file, a cluster bus
     /// port of its own (`--cluster-port`, also a free port),
     /// `--cluster-node-timeout 1000`, `--cluster-allow-replica-migration no`
-    /// and `--repl-diskless-sync-delay 0` (replicas sync at once).
+    /// and `--repl-diskless-sync-delay 0` (replicas sync at once). A binary
+    /// older than Redis 7.0 (`LOCK_TESTKIT_REDIS_SERVER` may name one) is
+    /// given what it understands, as with [`RedisCluster::start_binary`].
     ///
     /// # Panics
     ///
-    /// If `masters` is 0 or above 16384, if a node cannot be started, or if
-    /// the cluster is not healthy within 30 s; the nodes started so far are
-    /// stopped.
+    /// If `masters` is 0 or above 16384, if a node cannot be started, if
+    /// the cluster is not healthy within 30 s (the nodes started so far are
+    /// stopped), or if the binary's `--version` cannot be run.
     pub fn start(masters: usize, replicas_per_master: usize) -> RedisCluster {
         Self::start_from(None, masters, replicas_per_master)
     }
@@ -91,7 +93,7 @@ impl RedisCluster {
 
     /// [`RedisCluster::start`] with the binary `bin`, if given.
     fn start_from(bin: Option<&Path>, masters: usize, replicas_per_master: usize) -> RedisCluster {
-        let before_7 = bin.is_some_and(|bin| major_version(bin) < 7);
+        let before_7 = major_version(&binary(bin)) < 7;
         assert!(
             (1..=SLOTS).contains(&masters),
             "lock-testkit: a cluster needs between 1 and {SLOTS} masters, not {masters}"
@@ -663,30 +665,6 @@ fn start_node(bin: Option<&Path>, before_7: bool) -> (RedisServer, u16) {
         bus_port = node.port() + 10000;
     }
     (node, bus_port)
-}
-
-/// The major version of the `redis-server` binary `bin` (`bin --version`
-/// prints `Redis server v=6.2.14 ...`).
-fn major_version(bin: &Path) -> u32 {
-    let out = Command::new(bin)
-        .arg("--version")
-        .output()
-        .unwrap_or_else(|e| {
-            panic!(
-                "lock-testkit: cannot run `{} --version`: {e}",
-                bin.display()
-            )
-        });
-    let text = String::from_utf8_lossy(&out.stdout);
-    text.split_whitespace()
-        .find_map(|word| word.strip_prefix("v="))
-        .and_then(|version| version.split('.').next()?.parse().ok())
-        .unwrap_or_else(|| {
-            panic!(
-                "lock-testkit: no version in `{} --version`: {text}",
-                bin.display()
-            )
-        })
 }
 
 /// Unwrap a setup step's result.

@@ -23,12 +23,17 @@
 //! the message.
 //!
 //! The `redis-server` binary is looked up on `PATH`; set the environment
-//! variable `LOCK_TESTKIT_REDIS_SERVER` to use another binary, or start a
-//! server or a cluster from a binary of its own with
-//! [`RedisServer::start_binary`] or [`RedisCluster::start_binary`] (an older
-//! Redis, for instance). Sentinels are run with the same binary, as
-//! `redis-server <config> --sentinel`; neither `redis-sentinel` nor
-//! `redis-cli` is needed.
+//! variable `LOCK_TESTKIT_REDIS_SERVER` to use another binary for every
+//! server, topology and restart (a path, or a name looked up on `PATH`:
+//! Valkey's `valkey-server`, or an older Redis), or start a server or a
+//! cluster from a binary of its own with [`RedisServer::start_binary`] or
+//! [`RedisCluster::start_binary`]. Sentinels are run with the same binary,
+//! as `redis-server <config> --sentinel`; neither `redis-sentinel` nor
+//! `redis-cli` is needed. A binary older than Redis 7.0 is given what it
+//! understands: `--enable-debug-command` is left out (`DEBUG` is always
+//! allowed there) and a cluster is formed the 6.2 way (see
+//! [`RedisCluster::start_binary`]). The project's scripts run the tests with
+//! Redis 7.0 (the distribution's), Valkey 9.1 and Redis 6.2.
 //!
 //! # Example
 //!

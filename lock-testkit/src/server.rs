@@ -90,7 +90,8 @@ impl RedisServer {
     /// --appendonly no --daemonize no --logfile <tmp>/redis.log --dir <tmp>`
     /// first, followed by `args` (later arguments override earlier ones).
     /// A `--requirepass PASSWORD` pair in `args` is remembered so that
-    /// [`RedisServer::cli`] can authenticate.
+    /// [`RedisServer::cli`] can authenticate. Before Redis 7.0, an
+    /// `--enable-debug-command` pair is left out (`DEBUG` is always allowed).
     ///
     /// # Panics
     ///
@@ -164,7 +165,7 @@ impl RedisServer {
         let mut failures = Vec::new();
         for _ in 0..START_ATTEMPTS {
             let port = free_port();
-            let extra_args = args_for_attempt();
+            let extra_args = for_version(bin, args_for_attempt());
             let password = requirepass(&extra_args);
             match launch(
                 bin,
@@ -464,6 +465,67 @@ fn server_bin() -> String {
     std::env::var(SERVER_BIN_ENV).unwrap_or_else(|_| "redis-server".to_owned())
 }
 
+/// The binary a server is run from: `bin`, or the default one.
+pub(crate) fn binary(bin: Option<&Path>) -> PathBuf {
+    bin.map_or_else(|| PathBuf::from(server_bin()), Path::to_path_buf)
+}
+
+/// `args` without what the binary `bin` (or the default one) would refuse:
+/// before Redis 7.0, `--enable-debug-command` did not exist (`DEBUG` was
+/// always allowed), so it is left out with its value.
+fn for_version(bin: Option<&Path>, args: Vec<String>) -> Vec<String> {
+    if !args.iter().any(|arg| is_debug_option(arg)) || major_version(&binary(bin)) >= 7 {
+        return args;
+    }
+    without_debug_option(args)
+}
+
+fn is_debug_option(arg: &str) -> bool {
+    arg.eq_ignore_ascii_case("--enable-debug-command")
+}
+
+/// `args` without any `--enable-debug-command` and the value after it.
+fn without_debug_option(args: Vec<String>) -> Vec<String> {
+    let mut kept = Vec::with_capacity(args.len());
+    let mut args = args.into_iter();
+    while let Some(arg) = args.next() {
+        if is_debug_option(&arg) {
+            args.next();
+        } else {
+            kept.push(arg);
+        }
+    }
+    kept
+}
+
+/// The major version of the server binary `bin` (`bin --version` prints
+/// `Redis server v=6.2.14 ...`, or `Valkey server v=9.1.2 ...`).
+///
+/// # Panics
+///
+/// If `bin --version` cannot be run or names no version.
+pub(crate) fn major_version(bin: &Path) -> u32 {
+    let out = Command::new(bin)
+        .arg("--version")
+        .output()
+        .unwrap_or_else(|e| {
+            panic!(
+                "lock-testkit: cannot run `{} --version`: {e}",
+                bin.display()
+            )
+        });
+    let text = String::from_utf8_lossy(&out.stdout);
+    text.split_whitespace()
+        .find_map(|word| word.strip_prefix("v="))
+        .and_then(|version| version.split('.').next()?.parse().ok())
+        .unwrap_or_else(|| {
+            panic!(
+                "lock-testkit: no version in `{} --version`: {text}",
+                bin.display()
+            )
+        })
+}
+
 fn log_path(dir: &Path) -> PathBuf {
     dir.join("redis.log")
 }
@@ -668,6 +730,25 @@ mod tests {
             requirepass(&args(&["--requirepass", "a", "--requirepass", "b"])),
             Some("b".to_owned())
         );
+    }
+
+    #[test]
+    fn leaves_out_the_debug_option() {
+        let args = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        assert_eq!(
+            without_debug_option(args(&[
+                "--enable-debug-command",
+                "local",
+                "--maxmemory",
+                "1mb"
+            ])),
+            args(&["--maxmemory", "1mb"])
+        );
+        assert_eq!(
+            without_debug_option(args(&["--save", "", "--enable-debug-command", "yes"])),
+            args(&["--save", ""])
+        );
+        assert_eq!(without_debug_option(args(&["--port"])), args(&["--port"]));
     }
 
     #[test]
