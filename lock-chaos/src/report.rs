@@ -807,9 +807,26 @@ fn stuck_locks(w: &mut String, history: &History, figures: &Figures, t0: i64) {
         .filter(|s| s.stuck_us > limit)
         .take(EXAMPLES)
     {
+        // The faults from two leases before it to its end: what else may
+        // have kept the lock taken (a crashed or frozen holder, a restart).
+        let until = s.next.unwrap_or(s.free_at);
+        let around: Vec<String> = history
+            .faults
+            .iter()
+            .filter(|f| f.end + 2 * history.lease_us >= s.check.gave_up && f.start <= until)
+            .map(|f| {
+                format!(
+                    "{} {}–{} ({})",
+                    f.kind.name(),
+                    ms(f.start - t0),
+                    ms(f.end - t0),
+                    f.detail
+                )
+            })
+            .collect();
         let _ = writeln!(
             w,
-            "- k{}: {} at {}, free for others from {}; {} (taken by nobody for {})",
+            "- k{}: {} at {}, free for others from {}; {} (taken by nobody for {}); faults around: {}",
             s.check.key,
             match s.check.what {
                 FaultKind::ReleaseCut => "a release dropped midway",
@@ -822,6 +839,7 @@ fn stuck_locks(w: &mut String, history: &History, figures: &Figures, t0: i64) {
                     format!("next taken at {}", ms(n - t0))
                 }),
             ms(s.stuck_us),
+            around.join("; "),
         );
     }
     let _ = writeln!(w);
