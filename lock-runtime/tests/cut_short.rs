@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::{builder, connect, lock_key, ok, within};
-use lock_runtime::LockClient;
+use lock_runtime::{LockClient, LockRequest};
 use lock_testkit::{RedisServer, unique_key};
 
 /// Long enough that a lock left behind would outlast every bound below.
@@ -102,6 +102,67 @@ async fn a_try_lock_that_timed_out_on_a_stall_does_not_keep_the_lock() {
         free_for_another(&server, &name),
     )
     .await;
+}
+
+/// A kind of lock, by the request for a name it makes.
+type Request = fn(&LockClient, &str) -> LockRequest;
+
+/// Each kind of lock, by name.
+fn every_kind() -> [(&'static str, Request); 4] {
+    [
+        ("lock", |c, n| c.lock(n)),
+        ("fair_lock", |c, n| c.fair_lock(n)),
+        ("semaphore", |c, n| c.semaphore(n, 1)),
+        ("read_lock", |c, n| c.read_lock(n)),
+    ]
+}
+
+/// A try-lock on a client with a command timeout far shorter than the
+/// stall (the fault suite's trylock-stall: 40 ms against 200 ms), of every
+/// kind. Its give-back is tried while Redis still stalls, fails on the
+/// command timeout, and the connection is replaced meanwhile; it must be
+/// sent again, and the acquire, run when Redis resumes, must not keep the
+/// lock.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_try_lock_of_every_kind_given_up_early_in_a_stall_does_not_keep_the_lock() {
+    let server = Arc::new(RedisServer::start());
+    let locks = connect(
+        builder(&server)
+            .default_lease(LEASE)
+            .command_timeout(Duration::from_millis(40)),
+    )
+    .await;
+    for (_, request) in every_kind() {
+        let warm = ok(
+            &server,
+            request(&locks, &unique_key("warm-up")).acquire().await,
+        );
+        ok(&server, warm.release().await);
+    }
+    // Twice each, on the same client, with nothing answered between: the
+    // first stall leaves its connection being replaced.
+    for (kind, request) in every_kind().into_iter().chain(every_kind()) {
+        let name = unique_key("cut-try-early");
+        server.pause();
+        let resume = {
+            let server = server.clone();
+            tokio::spawn(async move {
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                server.resume();
+            })
+        };
+        let tried = request(&locks, &name).try_acquire().await;
+        assert!(
+            tried.is_err(),
+            "{kind}: Redis is stalled past the command timeout"
+        );
+        resume.await.expect("resumed");
+        let other = connect(builder(&server).default_lease(LEASE)).await;
+        let taken = request(&other, &name).wait(WAIT).acquire().await;
+        let guard =
+            taken.unwrap_or_else(|err| panic!("{kind}: `{name}` stayed taken by nobody ({err})"));
+        ok(&server, guard.release().await);
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

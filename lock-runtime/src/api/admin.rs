@@ -953,6 +953,10 @@ mod tests {
                 assert_eq!(lock_name("lock:", &companion), None, "{companion}");
             }
             assert_eq!(strip_companion(&keys.lock), keys.lock);
+            // An owner id's retirement mark (prelude.lua) names no lock.
+            for set in [&keys.lock, &keys.readers()] {
+                assert_eq!(lock_name("lock:", &format!("{set}:gone:u:1")), None);
+            }
             assert!(is_fence_counter("lock:", &keys.fence));
             assert!(is_fence_counter("lock:", &format!("{}:born", keys.fence)));
             assert!(is_fence_counter("lock:", &format!("{}:up", keys.fence)));

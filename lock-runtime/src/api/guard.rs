@@ -553,6 +553,7 @@ async fn give_back(
         all: whole,
         keep,
         announce,
+        retire: Duration::ZERO,
     };
     // A lock tasks of this client wait for goes straight to the one whose
     // turn it is (see `handoffs.rs`).

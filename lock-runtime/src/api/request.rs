@@ -19,6 +19,7 @@ use crate::engine::backend::{Attempt, Times};
 use crate::engine::handoffs::{Answer, Offered};
 use crate::engine::wakeups::Wake;
 use crate::engine::watchdog::{Acquisition, DECLARE_EARLY};
+use crate::store::connection::USER_TIMEOUT;
 use crate::store::scripts::calls::Asking;
 use crate::store::scripts::{Acquired, Giving, Released, Stored, Taken};
 
@@ -78,6 +79,11 @@ enum Outcome {
 /// How long a fair waiter keeps its place in line without trying again; a
 /// waiter that died leaves the line after this long at most.
 const FAIR_STAY: Duration = Duration::from_secs(3);
+
+/// How long a give-back retires an owner id whose acquire answer was lost
+/// (see [`LockRequest::give_back_for`]): as long as the acquire call may
+/// take to reach Redis over a connection ([`USER_TIMEOUT`]), and then some.
+const RETIRED_FOR: Duration = USER_TIMEOUT.saturating_add(Duration::from_secs(5));
 
 /// How often a fair waiter tries again while nobody names it: to keep its
 /// place in line, and to take the lock if the waiter before it died.
@@ -878,20 +884,23 @@ impl LockRequest {
     }
 
     /// Gives back, in the background, whatever `owner` may hold of `keys`
-    /// (see [`abandon`](Self::abandon)); `owner` is never used again.
+    /// (see [`abandon`](Self::abandon)), and retires `owner` from them:
+    /// `owner` is never used again.
     ///
-    /// Sent at once, the give-back runs after the acquire call on the same
-    /// connection. It is sent once more a command timeout later (with a
-    /// replica wait, that too): the acquire may have gone out on another
-    /// connection (the one kept for `WAIT`), or on one that has since been
-    /// replaced, and a server that stalled may run the two in either order
-    /// when it resumes. Every level of an owner id nobody uses is safe to
-    /// give back twice.
+    /// The acquire call may still run after the give-back: it may have gone
+    /// out on another connection (the one kept for `WAIT`, or one replaced
+    /// since), a proxy may hold it, and a server that stalled may run the
+    /// two in either order when it resumes. So the give-back leaves a mark
+    /// that makes every acquire script refuse `owner` for [`RETIRED_FOR`]
+    /// (see `gone_key` in `prelude.lua`), and is sent again until Redis
+    /// answers it: every level of an owner id nobody uses is safe to give
+    /// back any number of times.
     fn give_back_for(&self, keys: &[LockKeys], owner: Arc<str>) {
         let inner = &self.client.inner;
         let backend = inner.backend.clone();
         let (label, keys) = (self.label.clone(), keys.to_vec());
         let kind = self.kind;
+        let closing = inner.closing.clone();
         let again_after = inner.config.command_timeout
             + inner
                 .config
@@ -902,15 +911,26 @@ impl LockRequest {
         };
         runtime.spawn(async move {
             let stored = Stored::for_kind(kind, &keys[0]);
-            for pause in [Duration::ZERO, again_after] {
-                tokio::time::sleep(pause).await;
-                let released = backend
-                    .release(&label, &keys, &stored, &owner, Giving::ABANDONED)
-                    .await;
-                if let Ok(released) = released
-                    && released.contains(&Released::Free)
-                {
-                    tracing::debug!(key = %label, "gave back a lock whose acquire answer was lost");
+            let giving = Giving {
+                retire: RETIRED_FOR,
+                ..Giving::ABANDONED
+            };
+            let until = Instant::now() + RETIRED_FOR;
+            loop {
+                match backend.release(&label, &keys, &stored, &owner, giving).await {
+                    Ok(released) => {
+                        if released.contains(&Released::Free) {
+                            tracing::debug!(key = %label, "gave back a lock whose acquire answer was lost");
+                        }
+                        return;
+                    }
+                    // Once the client is shut down, or the acquire call
+                    // could no longer arrive, nothing is left to stop.
+                    Err(err) if closing.is_cancelled() || Instant::now() >= until => {
+                        tracing::debug!(key = %label, error = %Chain(&err), "giving back a lock whose acquire answer was lost failed; it expires after its lease");
+                        return;
+                    }
+                    Err(_) => tokio::time::sleep(again_after).await,
                 }
             }
         });

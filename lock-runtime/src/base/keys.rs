@@ -14,6 +14,10 @@
 //! * `lock:{order:42}:queue` and `lock:{order:42}:queue:alive`: the fair
 //!   waiters in arrival order, and until when each counts as still waiting;
 //! * `lock:{order:42}:released`: the pub/sub channel its release is announced on;
+//! * `lock:{order:42}:gone:OWNER` and `lock:{order:42}:readers:gone:OWNER`,
+//!   for a while after an acquisition whose answer was lost was given back:
+//!   the owner id `OWNER` is retired, and a late acquire call of it is
+//!   refused (see prelude.lua's `gone_key`);
 //! * `lock:fence:{T}`: the fencing counter shared by every lock in the same
 //!   Redis Cluster hash slot, where `T` is a short tag chosen to hash to that slot;
 //!   and, for at most a restart quarantine after a counter was created on a

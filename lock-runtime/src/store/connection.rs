@@ -286,6 +286,12 @@ impl ConnectionLike for Managed {
     }
 }
 
+/// How long a connection's data may stay unacknowledged before the kernel
+/// ends the connection (`TCP_USER_TIMEOUT`, on Linux): a call written to a
+/// connection reaches Redis within this long, or never, unless something
+/// between them (a proxy) took it over meanwhile.
+pub(crate) const USER_TIMEOUT: Duration = Duration::from_secs(30);
+
 /// TCP settings of every connection: keepalive probes, so that an idle
 /// connection (the subscriber's) whose peer vanished is noticed, and a user
 /// timeout, so that data left unacknowledged ends the connection rather than
@@ -299,7 +305,7 @@ fn tcp_settings() -> redis::io::tcp::TcpSettings {
     let keepalive = keepalive.with_retries(3);
     let settings = redis::io::tcp::TcpSettings::default().set_keepalive(keepalive);
     #[cfg(any(target_os = "linux", target_os = "android", target_os = "fuchsia"))]
-    let settings = settings.set_user_timeout(Duration::from_secs(30));
+    let settings = settings.set_user_timeout(USER_TIMEOUT);
     settings
 }
 

@@ -31,6 +31,9 @@
 --                  anew behind the enclosing holder's back.
 -- ARGV[5..7]       the restart quarantine: run id seen, ms, strict (fence.lua)
 --
+-- An owner id a give-back retired (see gone_key in prelude.lua) is never
+-- granted a lock afresh: the call is answered as busy.
+--
 -- Returns {1, fence_1, count_1, ..., fence_n, count_n} when the caller holds
 -- every lock afterwards, {-4, i} when it re-enters and no longer holds lock
 -- i, or {0, pttl, quarantined} with the longest remaining lease among
@@ -64,7 +67,8 @@ for i = 1, n do
   -- Most locks asked for are free and never had readers: one call tells
   -- (each call a script makes costs Redis on its one thread), and only a
   -- lock that has some of its keys is read further.
-  local untouched = redis.call('EXISTS', KEYS[i], readers, marker, readers_waiting) == 0
+  local gone = gone_key(KEYS[i], ARGV[1])
+  local untouched = redis.call('EXISTS', KEYS[i], readers, marker, readers_waiting, gone) == 0
   local owner = nil
   if not untouched then
     owner = redis.call('HGET', KEYS[i], 'owner')
@@ -82,6 +86,11 @@ for i = 1, n do
       redis.call('HSET', KEYS[i], 'w', 1)
     end
   elseif not owner then
+    if not untouched and how == '0' and redis.call('EXISTS', gone) == 1 then
+      -- A give-back retired this owner id (its caller gave up): a late
+      -- call, refused (see gone_key in prelude.lua).
+      return {0, redis.call('PTTL', gone), 0}
+    end
     if not untouched and redis.call('EXISTS', readers, marker, readers_waiting) > 0 then
       local now = now_ms()
       local others = redis.call('ZCOUNT', readers, '(' .. now, '+inf')

@@ -208,6 +208,9 @@ pub(crate) fn release(locks: &[LockKeys], stored: &Stored, owner: &str, giving: 
                 ],
             );
             args.extend([giving.keep.as_millis().to_string(), flag(giving.announce)]);
+            if !giving.retire.is_zero() {
+                args.push(millis(giving.retire));
+            }
             Call::new(&RELEASE, keys, args)
         }
         Stored::Place(place) => {
@@ -222,6 +225,9 @@ pub(crate) fn release(locks: &[LockKeys], stored: &Stored, owner: &str, giving: 
             if *queued {
                 // A read lock: name the first fair waiter in line.
                 keys.extend([lock.queue(), lock.queue_alive()]);
+            }
+            if !giving.retire.is_zero() {
+                args.push(millis(giving.retire));
             }
             Call::new(&PLACE_RELEASE, keys, args)
         }

@@ -35,7 +35,15 @@ if owner == ARGV[1] then
   end
   return {1, tonumber(redis.call('HGET', KEYS[1], 'fence')), count}
 end
-if how ~= '0' then
+if how == '0' then
+  -- A give-back retired this owner id (its caller gave up): a late call,
+  -- refused before it takes the lock or a place in line (see gone_key in
+  -- prelude.lua).
+  local gone = gone_key(KEYS[1], ARGV[1])
+  if redis.call('EXISTS', gone) == 1 then
+    return {0, redis.call('PTTL', gone), 0}
+  end
+else
   local reading = redis.call('ZSCORE', KEYS[5], ARGV[1])
   if how ~= 'o' or not reading or tonumber(reading) <= now then
     return {-4, 1}

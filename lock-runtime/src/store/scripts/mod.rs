@@ -279,6 +279,10 @@ pub(crate) struct Giving {
     /// queued behind another of its client does not try, so does not mark
     /// it; see `release.lua`).
     pub(crate) announce: bool,
+    /// Retire the owner id from the locks for this long (zero: not at
+    /// all): an acquire call of its may still run after the give-back, and
+    /// is refused (see `gone_key` in `prelude.lua`).
+    pub(crate) retire: Duration,
 }
 
 impl Giving {
@@ -287,6 +291,7 @@ impl Giving {
         all: false,
         keep: Duration::ZERO,
         announce: false,
+        retire: Duration::ZERO,
     };
     /// Every level at once, freed at once.
     #[cfg(test)]
@@ -294,6 +299,7 @@ impl Giving {
         all: true,
         keep: Duration::ZERO,
         announce: false,
+        retire: Duration::ZERO,
     };
     /// What an owner id that stopped may hold (an acquisition whose answer
     /// was lost, a waiter gone when a lock was handed to it): every level,
@@ -302,6 +308,7 @@ impl Giving {
         all: true,
         keep: Duration::ZERO,
         announce: true,
+        retire: Duration::ZERO,
     };
 }
 

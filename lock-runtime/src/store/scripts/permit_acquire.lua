@@ -104,6 +104,12 @@ if taken + take > limit then
   local first = redis.call('ZRANGE', set, 0, 0, 'WITHSCORES')
   return {0, tonumber(first[2]) - now}
 end
+-- An owner id a give-back retired (its caller gave up): a late call,
+-- refused (see gone_key in prelude.lua).
+local gone = gone_key(set, owner)
+if redis.call('EXISTS', gone) == 1 then
+  return {0, redis.call('PTTL', gone)}
+end
 local fence, closed = next_fence(KEYS[3], quarantine_at(ARGV, 6))
 if not fence then
   return {0, closed, 1}

@@ -9,9 +9,15 @@
 -- KEYS[5]  (read locks) the fair waiters' liveness
 -- ARGV[1]  owner id
 -- ARGV[2]  "1" to drop every level at once, "0" to count down by one
+-- ARGV[3]  ms to retire the owner id from the set, held or not (see
+--          release.lua); 0 (or absent): not retired
 --
 -- Returns {count}: the remaining re-entry count (0: the place is free), or
 -- -1 when the caller does not hold a place (its lease ran out).
+local retire = tonumber(ARGV[3] or '0')
+if retire > 0 then
+  redis.call('SET', gone_key(KEYS[1], ARGV[1]), 1, 'PX', retire)
+end
 local score = redis.call('ZSCORE', KEYS[1], ARGV[1])
 if not score or tonumber(score) <= now_ms() then
   return {-1}

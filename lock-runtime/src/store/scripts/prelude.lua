@@ -30,3 +30,14 @@ local function keep_for(key, ttl)
   end
 end
 
+
+-- The mark that retires `owner` from the lock or leased set `key`: an
+-- acquisition whose answer was lost is given back under an owner id its
+-- caller never uses again, and the give-back leaves this mark (release.lua,
+-- place_release.lua). The acquire call may still run after it (sent on a
+-- connection since replaced, held in a proxy, queued behind a stall): every
+-- script that grants afresh refuses an owner id with the mark, so that such
+-- a late grant cannot leave the lock taken by nobody for a lease.
+local function gone_key(key, owner)
+  return key .. ':gone:' .. owner
+end

@@ -17,13 +17,20 @@
 -- ARGV[4]          "1" when the caller's client has waiters for these
 --                  locks (which wait behind one of them that tried, and
 --                  did not all mark them): announce each release
+-- ARGV[5]          ms to retire the owner id from each lock (see gone_key
+--                  in prelude.lua), held or not: the acquire whose answer
+--                  was lost may not have run yet; 0 (or absent): not retired
 --
 -- Returns, per lock, the remaining re-entry count (0: released and
 -- published), or -1 when the caller does not hold it (expired, or someone
 -- else's).
 local n = #KEYS / 4
+local retire = tonumber(ARGV[5] or '0')
 local result = {}
 for i = 1, n do
+  if retire > 0 then
+    redis.call('SET', gone_key(KEYS[i], ARGV[1]), 1, 'PX', retire)
+  end
   local held = redis.call('HMGET', KEYS[i], 'owner', 'count', 'fair', 'w')
   if held[1] ~= ARGV[1] then
     result[i] = -1

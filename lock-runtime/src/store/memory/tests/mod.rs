@@ -19,6 +19,7 @@ mod locks;
 mod places;
 mod pubsub;
 mod renew;
+mod retired;
 mod scripting;
 
 use std::sync::{Arc, Mutex};

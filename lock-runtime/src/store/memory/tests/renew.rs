@@ -16,6 +16,7 @@ async fn a_renewal_arriving_after_a_release_does_not_stretch_the_minimum_hold() 
         all: true,
         keep: Duration::from_millis(500),
         announce: false,
+        retire: Duration::ZERO,
     };
     let left: Vec<i64> = run(
         &server,

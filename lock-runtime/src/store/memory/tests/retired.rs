@@ -1,0 +1,128 @@
+//! Owner ids a give-back retired: an acquisition whose answer was lost is
+//! given back under an owner id its caller never uses again, and the
+//! acquire call may reach Redis only after that give-back (see `gone_key`
+//! in `prelude.lua`). Every script that grants afresh must then refuse it,
+//! or the lock stays taken by nobody for its lease. Run on this server and,
+//! when one is at hand, on a real Redis.
+
+use std::slice;
+use std::time::Duration;
+
+use redis::aio::ConnectionLike;
+use redis::{RedisResult, Value};
+
+use super::{int, invocation, keys, real_redis};
+use crate::base::kind::Kind;
+use crate::store::memory::MemoryServer;
+use crate::store::scripts::{Call, Giving, Stored, calls};
+
+const LEASE: Duration = Duration::from_secs(60);
+const RETIRE: Duration = Duration::from_secs(30);
+
+async fn call(conn: &mut impl ConnectionLike, call: &Call) -> RedisResult<Value> {
+    invocation(call).invoke_async(conn).await
+}
+
+/// The first item of an acquire script's reply: 1 granted, 0 busy.
+fn granted(reply: &Value) -> bool {
+    match reply {
+        Value::Array(items) => int(&items[0]) == 1,
+        other => panic!("not an acquire reply: {other:?}"),
+    }
+}
+
+/// The give-back of everything `owner` may hold of `lock`, retiring it.
+fn give_back(kind: Kind, lock: &str, owner: &str) -> Call {
+    let lock = keys(lock);
+    let giving = Giving {
+        retire: RETIRE,
+        ..Giving::ABANDONED
+    };
+    calls::release(
+        slice::from_ref(&lock),
+        &Stored::for_kind(kind, &lock),
+        owner,
+        giving,
+    )
+}
+
+/// The fresh acquire call of `owner` for one lock of each kind.
+fn acquire(kind: Kind, lock: &str, owner: &str) -> Call {
+    let lock = keys(lock);
+    let asker = calls::Asker::fresh(owner);
+    match kind {
+        Kind::Exclusive => calls::acquire(slice::from_ref(&lock), asker, LEASE, Duration::ZERO),
+        Kind::Permits(permits) => calls::permit_acquire(&lock, asker, LEASE, permits),
+        Kind::Read => calls::read_acquire(&lock, asker, LEASE, Duration::ZERO),
+        Kind::Fair => calls::fair_acquire(&lock, asker, LEASE, Duration::from_secs(3), true),
+    }
+}
+
+/// For each kind: the give-back runs first, then its acquire call arrives
+/// late and is refused; another owner id still takes the lock at once, so
+/// nothing else is held back.
+async fn late_acquires_are_refused(conn: &mut impl ConnectionLike, server: &str) {
+    let kinds = [
+        (Kind::Exclusive, "retired:plain"),
+        (Kind::Permits(2.into()), "retired:sem"),
+        (Kind::Read, "retired:rw"),
+        (Kind::Fair, "retired:fair"),
+    ];
+    for (kind, lock) in kinds {
+        call(conn, &give_back(kind, lock, "gone")).await.unwrap();
+        let late = call(conn, &acquire(kind, lock, "gone")).await.unwrap();
+        assert!(
+            !granted(&late),
+            "{server}: {kind:?}: a late acquire of a retired owner id was granted: {late:?}"
+        );
+        let other = call(conn, &acquire(kind, lock, "other")).await.unwrap();
+        assert!(
+            granted(&other),
+            "{server}: {kind:?}: another owner id was held back: {other:?}"
+        );
+    }
+    // A give-back without retiring (a plain release) refuses nothing.
+    let lock = keys("retired:plain-release");
+    let release = calls::release(slice::from_ref(&lock), &Stored::Hash, "kept", Giving::ALL);
+    call(conn, &release).await.unwrap();
+    let asked = call(
+        conn,
+        &acquire(Kind::Exclusive, "retired:plain-release", "kept"),
+    )
+    .await
+    .unwrap();
+    assert!(granted(&asked), "{server}: {asked:?}");
+}
+
+#[tokio::test]
+async fn a_retired_owner_id_is_refused_by_every_acquire_script() {
+    let mut memory = MemoryServer::new();
+    late_acquires_are_refused(&mut memory, "memory").await;
+    if let Some((_real, mut conn)) = real_redis().await {
+        late_acquires_are_refused(&mut conn, "redis-server").await;
+    }
+}
+
+#[tokio::test]
+async fn the_retirement_lapses() {
+    let mut memory = MemoryServer::new();
+    let giving = Giving {
+        retire: Duration::from_millis(50),
+        ..Giving::ABANDONED
+    };
+    let lock = keys("retired:lapses");
+    call(
+        &mut memory,
+        &calls::release(slice::from_ref(&lock), &Stored::Hash, "gone", giving),
+    )
+    .await
+    .unwrap();
+    tokio::time::sleep(Duration::from_millis(120)).await;
+    let asked = call(
+        &mut memory,
+        &acquire(Kind::Exclusive, "retired:lapses", "gone"),
+    )
+    .await
+    .unwrap();
+    assert!(granted(&asked), "{asked:?}");
+}
