@@ -19,7 +19,8 @@
 --                  did not all mark them): announce each release
 -- ARGV[5]          ms to retire the owner id from each lock (see gone_key
 --                  in prelude.lua), held or not: the acquire whose answer
---                  was lost may not have run yet; 0 (or absent): not retired
+--                  was lost may not have run yet; it also leaves the line
+--                  of fair waiters; 0 (or absent): not retired
 --
 -- Returns, per lock, the remaining re-entry count (0: released and
 -- published), or -1 when the caller does not hold it (expired, or someone
@@ -28,12 +29,24 @@ local n = #KEYS / 4
 local retire = tonumber(ARGV[5] or '0')
 local result = {}
 for i = 1, n do
+  local left_line = false
   if retire > 0 then
     redis.call('SET', gone_key(KEYS[i], ARGV[1]), 1, 'PX', retire)
+    -- A fair attempt whose answer was lost may have put the owner id in
+    -- line: it leaves, or it would hold up everyone behind it until its
+    -- place lapsed.
+    if redis.call('ZREM', KEYS[2 * n + i], ARGV[1]) == 1 then
+      redis.call('ZREM', KEYS[3 * n + i], ARGV[1])
+      left_line = true
+    end
   end
   local held = redis.call('HMGET', KEYS[i], 'owner', 'count', 'fair', 'w')
   if held[1] ~= ARGV[1] then
     result[i] = -1
+    -- As fair_leave.lua: a free lock goes to the next in line.
+    if left_line and not held[1] and redis.call('ZCARD', KEYS[2 * n + i]) > 0 then
+      redis.call(PUBLISH, KEYS[n + i], next_in_line(KEYS[2 * n + i], KEYS[3 * n + i]))
+    end
   else
     local count = 0
     if ARGV[2] ~= '1' then

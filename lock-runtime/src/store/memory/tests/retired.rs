@@ -103,6 +103,48 @@ async fn a_retired_owner_id_is_refused_by_every_acquire_script() {
     }
 }
 
+/// A fair attempt whose answer was lost put its owner id in line behind
+/// the holder; its give-back takes it out of the line (and the read side's
+/// line), or it would hold up the waiters behind it until its place lapsed.
+async fn a_retired_owner_id_leaves_the_line(conn: &mut impl ConnectionLike, server: &str) {
+    for (kind, lock) in [
+        (Kind::Fair, "retired:line"),
+        (Kind::Read, "retired:read-line"),
+    ] {
+        let keys = keys(lock);
+        let holder = call(conn, &acquire(Kind::Fair, lock, "holder"))
+            .await
+            .unwrap();
+        assert!(granted(&holder), "{server}: {holder:?}");
+        let queued = calls::fair_acquire(
+            &keys,
+            calls::Asker::fresh("gone"),
+            LEASE,
+            Duration::from_secs(3),
+            true,
+        );
+        call(conn, &queued).await.unwrap();
+        let in_line = || redis::cmd("ZSCORE").arg(keys.queue()).arg("gone").clone();
+        let before: Option<f64> = in_line().query_async(conn).await.unwrap();
+        assert!(before.is_some(), "{server}: the waiter is in line");
+        call(conn, &give_back(kind, lock, "gone")).await.unwrap();
+        let after: Option<f64> = in_line().query_async(conn).await.unwrap();
+        assert_eq!(
+            after, None,
+            "{server}: {kind:?}: a retired owner id kept its place in line"
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_retired_owner_id_leaves_the_line_of_fair_waiters() {
+    let mut memory = MemoryServer::new();
+    a_retired_owner_id_leaves_the_line(&mut memory, "memory").await;
+    if let Some((_real, mut conn)) = real_redis().await {
+        a_retired_owner_id_leaves_the_line(&mut conn, "redis-server").await;
+    }
+}
+
 #[tokio::test]
 async fn the_retirement_lapses() {
     let mut memory = MemoryServer::new();
