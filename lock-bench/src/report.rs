@@ -129,6 +129,17 @@ fn verdict(met: bool) -> &'static str {
 /// The bound on the runtime's redis-server CPU per lock + unlock,
 /// as a multiple of the hand-written lock's.
 const SERVER_CPU_RATIO: f64 = 1.5;
+
+/// The target on redis-server CPU per pair in `scenario`: the runtime's
+/// `ours` µs against the hand-written lock's `hand`.
+fn server_cpu_target(scenario: &'static str, ours: f64, hand: f64) -> Target {
+    Target {
+        scenario,
+        goal: "redis-server CPU per pair ≤ 1.5 × hand-written",
+        measured: format!("{ours:.1} µs vs {hand:.1} µs ({})", ratio(ours / hand)),
+        met: ours <= SERVER_CPU_RATIO * hand,
+    }
+}
 /// The bound on the runtime's client CPU per uncontended lock +
 /// unlock beyond the hand-written lock's, in microseconds.
 const CLIENT_CPU_EXTRA_US: f64 = 15.0;
@@ -283,17 +294,7 @@ pub fn uncontended(u: &mut Uncontended, targets: &mut Vec<Target>) -> String {
         per_pair(u.rows[0].server_cpu),
         per_pair(u.rows[0].client_cpu),
     );
-    targets.push(Target {
-        scenario: "Uncontended",
-        goal: "redis-server CPU per pair ≤ 1.5 × hand-written",
-        measured: format!(
-            "{:.1} µs vs {:.1} µs ({})",
-            ours_cpu.0,
-            hand_cpu.0,
-            ratio(ours_cpu.0 / hand_cpu.0)
-        ),
-        met: ours_cpu.0 <= SERVER_CPU_RATIO * hand_cpu.0,
-    });
+    targets.push(server_cpu_target("Uncontended", ours_cpu.0, hand_cpu.0));
     targets.push(Target {
         scenario: "Uncontended",
         goal: "client CPU per pair ≤ hand-written + 15 µs",
@@ -395,17 +396,7 @@ pub fn throughput(t: &Throughput, targets: &mut Vec<Target>) -> String {
         measured: format!("{} (rslock {})", ratio(ours), ratio(rslock)),
         met: ours >= 0.9 && ours > rslock,
     });
-    targets.push(Target {
-        scenario: "Throughput",
-        goal: "redis-server CPU per pair ≤ 1.5 × hand-written",
-        measured: format!(
-            "{:.1} µs vs {:.1} µs ({})",
-            ours_cpu.0,
-            hand_cpu.0,
-            ratio(ours_cpu.0 / hand_cpu.0)
-        ),
-        met: ours_cpu.0 <= SERVER_CPU_RATIO * hand_cpu.0,
-    });
+    targets.push(server_cpu_target("Throughput", ours_cpu.0, hand_cpu.0));
     out
 }
 

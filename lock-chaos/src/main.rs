@@ -96,6 +96,7 @@ fn run_one(
     setup: Setup,
     skip: usize,
 ) -> Result<KindRun, ExitCode> {
+    let options = &options.for_kind(kind);
     let label = if setup == Setup::Single {
         kind.to_string()
     } else {
@@ -132,6 +133,7 @@ fn run_one(
     );
     Ok(KindRun {
         kind,
+        keys: options.keys,
         setup,
         info,
         history,

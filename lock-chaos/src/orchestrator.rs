@@ -346,18 +346,7 @@ fn key_slot(key: &str) -> u16 {
             .filter(|&len| len > 0)
             .map(|len| &rest[..len])
     });
-    let mut crc: u16 = 0;
-    for &byte in tag.unwrap_or(key).as_bytes() {
-        crc ^= u16::from(byte) << 8;
-        for _ in 0..8 {
-            crc = if crc & 0x8000 == 0 {
-                crc << 1
-            } else {
-                (crc << 1) ^ 0x1021
-            };
-        }
-    }
-    crc % 16_384
+    crc16::State::<crc16::XMODEM>::calculate(tag.unwrap_or(key).as_bytes()) % 16_384
 }
 
 /// The fencing counter every grant of the lock `k<key>` draws its token
@@ -1103,7 +1092,7 @@ impl Run {
             .restart_quarantine(options.quarantine())
             .connect()
             .await
-            .map_err(|err| format!("cannot connect the operator's client: {}", chain(&err)))
+            .map_err(|err| format!("cannot connect the operator's client: {}", err.chain()))
     }
 
     /// A request of the operator's client for the lock `k<key>` alone, of
@@ -1174,7 +1163,7 @@ impl Run {
                 Some(operator) => operator
                     .force_release(&name)
                     .await
-                    .map_err(|err| chain(&err)),
+                    .map_err(|err| err.chain().to_string()),
                 None => Err("no operator client".to_owned()),
             },
             // The DEL reads the counter in the same script.
@@ -1268,7 +1257,7 @@ impl Run {
                     }
                 );
             }
-            Err(err) => detail += &format!("; the operator could not take it: {}", chain(&err)),
+            Err(err) => detail += &format!("; the operator could not take it: {}", err.chain()),
         }
         // Let the holder re-enter and finish before the next fault.
         tokio::time::sleep(Duration::from_millis(delay + 50)).await;
@@ -2203,18 +2192,6 @@ fn sections(
         );
     }
     sections.into_values().collect()
-}
-
-/// An error and its sources, joined by `: `: a `LockError` leaves what
-/// Redis answered to its source.
-fn chain(err: &dyn std::error::Error) -> String {
-    let mut text = err.to_string();
-    let mut source = err.source();
-    while let Some(cause) = source {
-        text += &format!(": {cause}");
-        source = cause.source();
-    }
-    text
 }
 
 #[cfg(test)]

@@ -120,6 +120,8 @@ fn in_one_task(o: &Overlap) -> bool {
 pub struct KindRun {
     /// The kind of lock the tasks took.
     pub kind: LockKind,
+    /// How many lock names its tasks took (see [`Options::for_kind`]).
+    pub keys: u32,
     /// The deployment and client settings.
     pub setup: Setup,
     /// Facts about the run.
@@ -400,7 +402,7 @@ fn run_summary(w: &mut String, options: &Options, run: &KindRun) {
          {} cores; lock-runtime at {}.\n",
         options.clients,
         options.tasks,
-        options.keys,
+        run.keys,
         options.lease.as_millis(),
         options.wait.as_millis(),
         options.command_timeout.as_millis(),
@@ -1262,6 +1264,7 @@ mod tests {
     fn quiet(kind: LockKind, setup: Setup) -> KindRun {
         KindRun {
             kind,
+            keys: 16,
             setup,
             info: RunInfo {
                 redis_version: "7.0.15".into(),

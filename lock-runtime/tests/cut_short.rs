@@ -39,6 +39,16 @@ async fn warm_up(server: &RedisServer, locks: &LockClient) {
     ok(server, guard.release().await);
 }
 
+/// Pauses `server` now and resumes it after `d`; the task ends then.
+fn stall(server: &Arc<RedisServer>, d: Duration) -> tokio::task::JoinHandle<()> {
+    server.pause();
+    let server = server.clone();
+    tokio::spawn(async move {
+        tokio::time::sleep(d).await;
+        server.resume();
+    })
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_release_dropped_midway_still_frees_the_lock() {
     let server = RedisServer::start();
@@ -82,14 +92,7 @@ async fn a_try_lock_that_timed_out_on_a_stall_does_not_keep_the_lock() {
     .await;
     let name = unique_key("cut-try");
     warm_up(&server, &locks).await;
-    server.pause();
-    let resume = {
-        let server = server.clone();
-        tokio::spawn(async move {
-            tokio::time::sleep(Duration::from_millis(400)).await;
-            server.resume();
-        })
-    };
+    let resume = stall(&server, Duration::from_millis(400));
     let tried = locks.lock(name.as_str()).try_acquire().await;
     let err = tried.expect_err("Redis is stalled past the command timeout");
     assert!(err.is_unavailable(), "{err}");
@@ -143,14 +146,7 @@ async fn a_try_lock_of_every_kind_given_up_early_in_a_stall_does_not_keep_the_lo
     // first stall leaves its connection being replaced.
     for (kind, request) in every_kind().into_iter().chain(every_kind()) {
         let name = unique_key("cut-try-early");
-        server.pause();
-        let resume = {
-            let server = server.clone();
-            tokio::spawn(async move {
-                tokio::time::sleep(Duration::from_millis(200)).await;
-                server.resume();
-            })
-        };
+        let resume = stall(&server, Duration::from_millis(200));
         let tried = request(&locks, &name).try_acquire().await;
         assert!(
             tried.is_err(),

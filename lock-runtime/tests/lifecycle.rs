@@ -6,25 +6,14 @@ mod common;
 
 use std::time::Duration;
 
-use common::{client, ok, start_server_with_clients, within};
+use common::{client, ok, start_server_with_clients, until, within};
 use lock_runtime::{LockClient, LockError, LossReason};
 use lock_testkit::{RedisServer, unique_key};
-
-/// Polls `done` every 20 ms until it holds, failing after 10 s.
-async fn until(what: &str, mut done: impl AsyncFnMut() -> bool) {
-    for _ in 0..500 {
-        if done().await {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    panic!("{what}: not within 10 s");
-}
 
 /// Waits until `watcher` sees a client subscribed to `name`'s release
 /// channel: a waiter that is really waiting.
 async fn a_waiter_shows(server: &RedisServer, watcher: &LockClient, name: &str) {
-    until("a waiter shows", async || {
+    until(Duration::from_secs(10), "a waiter shows", async || {
         ok(server, watcher.inspect(name).await).is_some_and(|info| info.waiters.subscribers > 0)
     })
     .await;
@@ -153,7 +142,10 @@ async fn health_says_when_redis_stops_answering() {
     assert!(!health.is_ready(), "{health:?}");
     assert!(health.commands_error.is_some(), "{health:?}");
 
-    until("ready again", async || locks.health().await.is_ready()).await;
+    until(Duration::from_secs(10), "ready again", async || {
+        locks.health().await.is_ready()
+    })
+    .await;
     ok(&server, guard.release().await);
 }
 

@@ -6,7 +6,7 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::{
-    QUARANTINE, builder, client, connect, ok, start_server_with_clients, try_once_when_up,
+    QUARANTINE, builder, client, connect, ok, start_server_with_clients, try_once_when_up, until,
 };
 use lock_runtime::LockError;
 use lock_testkit::{RedisServer, unique_key};
@@ -161,23 +161,16 @@ fn info_number(server: &RedisServer, field: &str) -> u64 {
         .unwrap_or_else(|| panic!("no {field} in INFO: {info}"))
 }
 
-/// Polls `done` every 50 ms until it holds (at most `limit`).
-async fn until(limit: Duration, what: &str, mut done: impl FnMut() -> bool) {
-    let deadline = Instant::now() + limit;
-    while !done() {
-        assert!(Instant::now() < deadline, "{what}: not within {limit:?}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn after_a_save_acquisitions_stop_asking_info_and_a_restart_still_closes_the_slot() {
     let (server, [holder]) = start_server_with_clients().await;
     let name = unique_key("marked");
     // Up for longer than the quarantine (read in whole seconds, one less).
-    until(QUARANTINE + Duration::from_secs(5), "server up", || {
-        info_number(&server, "uptime_in_seconds") > QUARANTINE.as_secs() + 1
-    })
+    until(
+        QUARANTINE + Duration::from_secs(5),
+        "server up",
+        async || info_number(&server, "uptime_in_seconds") > QUARANTINE.as_secs() + 1,
+    )
     .await;
     take_and_release(&server, &holder, &name).await;
     // A save makes LASTSAVE recent: it no longer shows the uptime. Once its
@@ -185,17 +178,21 @@ async fn after_a_save_acquisitions_stop_asking_info_and_a_restart_still_closes_t
     // mark; the acquisitions after it read no INFO at all.
     server.cli(&["SAVE"]);
     let saved: u64 = server.cli(&["LASTSAVE"]).trim().parse().expect("LASTSAVE");
-    until(Duration::from_secs(3), "LASTSAVE's second over", || {
-        let time = server.cli(&["TIME"]);
-        let secs: u64 = time
-            .lines()
-            .next()
-            .unwrap_or("0")
-            .trim()
-            .parse()
-            .unwrap_or(0);
-        secs > saved
-    })
+    until(
+        Duration::from_secs(3),
+        "LASTSAVE's second over",
+        async || {
+            let time = server.cli(&["TIME"]);
+            let secs: u64 = time
+                .lines()
+                .next()
+                .unwrap_or("0")
+                .trim()
+                .parse()
+                .unwrap_or(0);
+            secs > saved
+        },
+    )
     .await;
     take_and_release(&server, &holder, &name).await;
     let before = info_calls(&server);

@@ -59,13 +59,7 @@ impl Outcome {
 impl From<LockError> for Outcome {
     /// The error and what Redis answered (its sources), on one line.
     fn from(err: LockError) -> Outcome {
-        let mut message = err.to_string();
-        let mut source = std::error::Error::source(&err);
-        while let Some(cause) = source {
-            message += &format!(": {cause}");
-            source = cause.source();
-        }
-        Outcome::fail(FAILED, message)
+        Outcome::fail(FAILED, err.chain().to_string())
     }
 }
 

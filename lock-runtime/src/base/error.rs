@@ -226,6 +226,27 @@ impl fmt::Display for LossReason {
 }
 
 impl LockError {
+    /// This error followed by each of its sources, joined by `: `, as
+    /// `anyhow` prints a chain with `{:#}`: one line for a log or a command
+    /// line tool. The error's own message leaves what Redis answered to its
+    /// [`source`](std::error::Error::source), so `{}` alone does not show it.
+    ///
+    /// ```
+    /// use lock_runtime::LockError;
+    ///
+    /// let refused = redis::RedisError::from((redis::ErrorKind::Io, "connection refused"));
+    /// let err = LockError::Unavailable { key: Some("job".into()), source: refused };
+    /// assert_eq!(err.to_string(), "Redis unavailable for lock `job`");
+    /// assert!(
+    ///     err.chain()
+    ///         .to_string()
+    ///         .starts_with("Redis unavailable for lock `job`: connection refused")
+    /// );
+    /// ```
+    pub fn chain(&self) -> impl fmt::Display + '_ {
+        Chain(self)
+    }
+
     /// True for [`LockError::Timeout`]: the lock stayed taken for the whole
     /// wait; and for [`LockError::Quarantined`], a wait the restart
     /// quarantine ended.

@@ -202,7 +202,7 @@ impl Backend {
         let nodes = self.nodes();
         let answers = futures_util::future::join_all(nodes.iter().map(Node::ping)).await;
         let needed = match &*self.topology {
-            Topology::Quorum(nodes) => nodes.len() / 2 + 1,
+            Topology::Quorum(nodes) => needed(nodes.len(), 1),
             _ => nodes.len(),
         };
         let answered = answers.iter().filter(|answer| answer.is_ok()).count();

@@ -172,6 +172,19 @@ pub async fn within<T>(
     }
 }
 
+/// Polls `done` every 20 ms until it holds, failing after `limit`: for
+/// tests that wait for an event rather than sleep.
+pub async fn until(limit: Duration, what: &str, mut done: impl AsyncFnMut() -> bool) {
+    let deadline = tokio::time::Instant::now() + limit;
+    while !done().await {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{what}: not within {limit:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 /// Unwraps a lock result, with the server log in the failure message.
 pub fn ok<T>(server: &RedisServer, result: Result<T, LockError>) -> T {
     result.unwrap_or_else(|err| panic!("unexpected error: {err}\nserver log:\n{}", server.log()))
