@@ -5,10 +5,11 @@
 //! series. Fails if one of them is missing or wrong, so CI runs it.
 //!
 //! ```text
-//! cargo run --example prometheus
+//! REDIS_URL=redis://127.0.0.1:6379 cargo run --example prometheus
 //! ```
 //!
-//! It starts a private `redis-server` on a free port. Its output (the
+//! Without `REDIS_URL`, it starts a private `redis-server`. The exporter
+//! listens on a free loopback port. Its output (the
 //! `_bucket` lines left out; timings vary):
 //!
 //! ```text
@@ -53,11 +54,11 @@
 //! ```
 
 use std::io::{Read, Write};
-use std::net::{Ipv4Addr, SocketAddr, TcpStream};
+use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
 use std::process::ExitCode;
 use std::time::Duration;
 
-use lock_runtime::{LockClient, LockError, distributed_lock, metric_names};
+use lock_runtime::{LockClient, LockError, distributed_lock, metric_names, redis};
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder};
 
 /// Histogram buckets, in seconds. Without buckets the exporter renders
@@ -77,8 +78,16 @@ async fn settle(locks: &LockClient, id: u64) -> Result<u64, LockError> {
 
 #[tokio::main]
 async fn main() -> Result<ExitCode, Box<dyn std::error::Error>> {
-    let server = lock_testkit::RedisServer::start();
-    let listen = SocketAddr::from((Ipv4Addr::LOCALHOST, lock_testkit::free_port()));
+    // REDIS_URL, or a private server for the demo (stopped when dropped).
+    let (url, _private_server) = match std::env::var("REDIS_URL") {
+        Ok(url) => (url, None),
+        Err(_) => {
+            let server = lock_testkit::RedisServer::start();
+            (server.url(), Some(server))
+        }
+    };
+    // A port the system has free (a service would use a fixed one).
+    let listen = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))?.local_addr()?;
     PrometheusBuilder::new()
         .with_http_listener(listen)
         .set_buckets_for_metric(Matcher::Suffix("_seconds".into()), BUCKETS)?
@@ -87,8 +96,8 @@ async fn main() -> Result<ExitCode, Box<dyn std::error::Error>> {
     // the `# HELP` lines in the scrape even before any lock is taken.
     lock_runtime::describe_metrics();
 
-    let locks = LockClient::connect(server.url()).await?;
-    let other = LockClient::connect(server.url()).await?;
+    let locks = LockClient::connect(url.as_str()).await?;
+    let other = LockClient::connect(url.as_str()).await?;
 
     // Released: a locked function, three times.
     for id in 1..=3 {
@@ -125,18 +134,26 @@ async fn main() -> Result<ExitCode, Box<dyn std::error::Error>> {
     held.release().await?;
     waiter.await??;
 
-    // Lost: the key is deleted under a held lock; the next renewal finds it gone.
+    // Lost: an operator force-releases a held lock; the next renewal finds
+    // it gone.
     let doomed = locks
         .lock("import:feed")
         .lease(Duration::from_millis(300))
         .acquire()
         .await?;
-    server.cli(&["DEL", "lock:{import:feed}"]);
+    other.force_release("import:feed").await?;
     doomed.lost().await;
     assert!(doomed.release().await.is_err_and(|err| err.is_lost()));
 
     // An error: the key holds a string, not a lock.
-    server.cli(&["SET", "lock:{not-a-lock}", "x"]);
+    let mut redis = redis::Client::open(url.as_str())?
+        .get_multiplexed_async_connection()
+        .await?;
+    redis::cmd("SET")
+        .arg("lock:{not-a-lock}")
+        .arg("x")
+        .exec_async(&mut redis)
+        .await?;
     let wrong = locks.lock("not-a-lock").acquire().await;
     assert!(matches!(wrong, Err(LockError::WrongType { .. })));
 

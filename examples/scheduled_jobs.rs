@@ -1,9 +1,10 @@
 //! A job on a schedule, run by every instance of a service, that must run
 //! once per tick however many instances fire it (ShedLock's use case).
 //!
-//! Three instances, each with its own lock client, fire `cleanup` on a
-//! plain `tokio::time::interval` of one second, their clocks a little apart
-//! (0, 120 and 240 ms). The attribute does the rest:
+//! Three instances, each with its own lock client, fire `cleanup` on the
+//! cron schedule `* * * * * *` (every second; the `cron` crate reads it),
+//! their clocks a little apart (0, 120 and 240 ms). The attribute does the
+//! rest:
 //!
 //! * `on_busy = "skip"`: an instance that finds the lock taken skips the
 //!   tick (`Ok(None)`), which it can tell apart from an error;
@@ -25,11 +26,15 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use chrono::{DateTime, Utc};
+use cron::Schedule;
 use lock_runtime::{LockClient, LockError, distributed_lock};
-use tokio::time::{Instant, MissedTickBehavior};
+use tokio::time::Instant;
 
+/// When the job fires: every second (cron with a seconds field: second,
+/// minute, hour, day of month, month, day of week).
+const SCHEDULE: &str = "* * * * * *";
 const TICKS: u32 = 6;
-const TICK: Duration = Duration::from_secs(1);
 const AT_LEAST: Duration = Duration::from_millis(700);
 /// The tick on which the job hangs.
 const HANGS_AT: u32 = 3;
@@ -73,20 +78,31 @@ async fn cleanup(
     Ok(Some(()))
 }
 
-/// One instance: fires the job every tick, its clock `skew` behind.
+/// One instance: fires the job at each time of `schedule` from `first`
+/// on, its clock `skew` behind; a time it is late for (the hung run) is
+/// skipped, as a cron daemon does.
 async fn instance(
     number: u32,
     url: String,
+    (schedule, first): (Schedule, DateTime<Utc>),
     skew: Duration,
     log: Arc<Mutex<Log>>,
     started: Instant,
 ) -> Result<Vec<String>, LockError> {
     let locks = LockClient::connect(url).await?;
-    let mut interval = tokio::time::interval_at(started + skew, TICK);
-    interval.set_missed_tick_behavior(MissedTickBehavior::Skip);
     let mut report = Vec::new();
-    for tick in 1..=TICKS {
-        interval.tick().await;
+    let mut after = first - chrono::Duration::milliseconds(1);
+    while let Some(next) = schedule.after(&after).next() {
+        let tick = (next - first).num_seconds() as u32 + 1;
+        if tick > TICKS {
+            break;
+        }
+        after = next;
+        let until = (next - Utc::now()).to_std().unwrap_or_default() + skew;
+        tokio::time::sleep(until).await;
+        if Utc::now() - next > chrono::Duration::milliseconds(500) {
+            continue;
+        }
         let line = match cleanup(&locks, number, tick, &log, started).await {
             Ok(Some(())) => format!("tick {tick}: instance {number} ran the job"),
             Ok(None) => format!("tick {tick}: instance {number} skipped (taken)"),
@@ -116,13 +132,27 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             (server.url(), Some(server))
         }
     };
-    println!("3 instances fire `cleanup` every {TICK:?} for {TICKS} ticks (Redis at {url})");
+    let schedule: Schedule = SCHEDULE.parse()?;
+    // The first time of the schedule at least 200 ms away: time to connect.
+    let first = schedule
+        .after(&(Utc::now() + chrono::Duration::milliseconds(200)))
+        .next()
+        .ok_or("the schedule never fires")?;
+    println!("3 instances fire `cleanup` on `{SCHEDULE}` for {TICKS} ticks (Redis at {url})");
     let log = Arc::new(Mutex::new(Log::default()));
-    let started = Instant::now() + Duration::from_millis(200);
+    let started = Instant::now() + (first - Utc::now()).to_std().unwrap_or_default();
     let instances: Vec<_> = (0..3u32)
         .map(|i| {
             let skew = Duration::from_millis(120) * i;
-            tokio::spawn(instance(i + 1, url.clone(), skew, log.clone(), started))
+            let cron = (schedule.clone(), first);
+            tokio::spawn(instance(
+                i + 1,
+                url.clone(),
+                cron,
+                skew,
+                log.clone(),
+                started,
+            ))
         })
         .collect();
     let mut reports = Vec::new();

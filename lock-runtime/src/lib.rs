@@ -53,7 +53,12 @@
 //!
 //! # Features
 //!
-//! * `tls` (default): `rediss://` URLs, through rustls.
+//! * `tls-rustls`: `rediss://` URLs, through rustls, with the crypto
+//!   provider the application installs for the process (rustls needs one;
+//!   without it, connecting over TLS fails with [`LockError::Config`]).
+//! * `tls-rustls-ring`: `tls-rustls` with rustls's ring provider, which a
+//!   client installs as the process's default when it first connects over
+//!   TLS and the application installed none.
 //! * `metrics` (default): counters and histograms through the `metrics`
 //!   facade (see [`metric_names`]).
 //! * `memory`: `LockClient::in_memory` and `MemoryStore`, locks kept in

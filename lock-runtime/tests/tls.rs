@@ -1,4 +1,6 @@
-//! `rediss://` URLs: locks over TLS, against a server with a private CA.
+//! `rediss://` URLs: locks over TLS, against a server with a private CA
+//! (the `tls-rustls-ring` feature, on in this crate's dev-dependencies).
+#![cfg(feature = "tls-rustls")]
 
 mod common;
 

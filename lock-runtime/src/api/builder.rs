@@ -239,8 +239,8 @@ impl LockClientBuilder {
 
     /// Trusts these PEM root certificates for `rediss://` URLs instead of the
     /// system's, for servers whose certificate comes from a private CA.
-    #[cfg(feature = "tls")]
-    #[cfg_attr(docsrs, doc(cfg(feature = "tls")))]
+    #[cfg(feature = "tls-rustls")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "tls-rustls")))]
     pub fn tls_root_certificates(mut self, pem: impl Into<Vec<u8>>) -> Self {
         self.config.tls_roots = Some(pem.into());
         self

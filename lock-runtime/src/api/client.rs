@@ -538,9 +538,11 @@ async fn node(connected: Connected, config: &Config, sharded: bool) -> Result<No
             return Err(LockError::Config(format!(
                 "Redis at {} may evict keys (maxmemory-policy {policy} under a maxmemory \
                  limit): it could drop a held lock and grant it again while its holder \
-                 works on. Set maxmemory-policy noeviction, or keep locks on a server \
-                 without a memory limit; LockClientBuilder::allow_eviction(true) \
-                 accepts the risk",
+                 works on. Set maxmemory-policy to noeviction: `CONFIG SET maxmemory-policy \
+                 noeviction` and the same line in redis.conf, or, on a managed service, in \
+                 its parameter group or configuration (the guide's deployments chapter, \
+                 \"Memory limits\", has a table); or keep locks on a server without a \
+                 memory limit. LockClientBuilder::allow_eviction(true) accepts the risk",
                 connected.address
             )));
         }
@@ -584,6 +586,30 @@ async fn node(connected: Connected, config: &Config, sharded: bool) -> Result<No
     ))
 }
 
+/// Makes sure rustls has a crypto provider for the process before a TLS
+/// connection asks for one (rustls would panic without): the one the
+/// application installed, or, with the `tls-rustls-ring` feature, ring's,
+/// installed now. Otherwise a `LockError::Config` that says what to do.
+#[cfg(feature = "tls-rustls")]
+fn crypto_provider() -> Result<(), LockError> {
+    if rustls::crypto::CryptoProvider::get_default().is_some() {
+        return Ok(());
+    }
+    #[cfg(feature = "tls-rustls-ring")]
+    {
+        // Another thread may install one meanwhile: either is fine.
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        Ok(())
+    }
+    #[cfg(not(feature = "tls-rustls-ring"))]
+    Err(LockError::Config(
+        "a `rediss://` connection needs a rustls crypto provider, and the application \
+         installed none: call `rustls::crypto::ring::default_provider().install_default()` \
+         (or aws-lc-rs's) when it starts, or turn on lock-runtime's `tls-rustls-ring` feature"
+            .into(),
+    ))
+}
+
 impl LockClient {
     /// Connects the client `config` describes to `deployment`, and starts
     /// its watchdog and subscriber (see [`LockClient::connect`]).
@@ -591,10 +617,9 @@ impl LockClient {
         deployment: Deployment,
         config: Config,
     ) -> Result<LockClient, LockError> {
-        #[cfg(feature = "tls")]
+        #[cfg(feature = "tls-rustls")]
         if deployment.may_use_tls() {
-            // rustls needs one crypto provider per process; keep the user's if set.
-            let _ = rustls::crypto::ring::default_provider().install_default();
+            crypto_provider()?;
         }
         let shutdown = CancellationToken::new();
         let registry = Arc::new(Registry::default());

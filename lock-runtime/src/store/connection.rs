@@ -371,7 +371,7 @@ pub(crate) fn open_client(
     roots: Option<&Vec<u8>>,
 ) -> RedisResult<redis::Client> {
     match roots {
-        #[cfg(feature = "tls")]
+        #[cfg(feature = "tls-rustls")]
         Some(roots) if !has_own_certificates(&info) => redis::Client::build_with_tls(
             info,
             redis::TlsCertificates {
@@ -452,7 +452,7 @@ pub(crate) fn cluster_builder(
     if resp3_pushes {
         builder = builder.use_protocol(ProtocolVersion::RESP3);
     }
-    #[cfg(feature = "tls")]
+    #[cfg(feature = "tls-rustls")]
     if let Some(roots) = &config.tls_roots {
         builder = builder.certs(redis::TlsCertificates {
             client_tls: None,
@@ -645,7 +645,7 @@ impl Sentinels {
             .collect();
         let client = SentinelClient::build(
             sentinel_infos,
-            // An owned name fits `build` with and without the `tls` feature
+            // An owned name fits `build` with and without the `tls-rustls` feature
             // (redis-rs takes `String` without it, `impl AsRef<str>` with it).
             String::from(service),
             Some(SentinelNodeConnectionInfo::default().set_redis_connection_info(node)),
@@ -975,7 +975,7 @@ mod tests {
             .build()
             .unwrap();
         assert!(ClusterClientSettings::of(&from_urls).resp3, "{from_urls:?}");
-        #[cfg(feature = "tls")]
+        #[cfg(feature = "tls-rustls")]
         {
             let tls = ClusterClient::new(["rediss://127.0.0.1:7000"]).unwrap();
             assert!(ClusterClientSettings::of(&tls).tls, "{tls:?}");

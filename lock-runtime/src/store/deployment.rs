@@ -330,7 +330,7 @@ impl Deployment {
     /// Whether connecting may need TLS as far as can be seen beforehand:
     /// a `rediss://` URL, or a TLS address in a `ConnectionInfo` or client.
     /// A `SentinelClient` does not say.
-    #[cfg(feature = "tls")]
+    #[cfg(feature = "tls-rustls")]
     pub(crate) fn may_use_tls(&self) -> bool {
         let tls =
             |info: &ConnectionInfo| matches!(info.addr(), redis::ConnectionAddr::TcpTls { .. });
