@@ -34,7 +34,8 @@ Exit codes:
   1  Redis could not be reached or answered with an error
   2  bad usage, including `release` without --force, or an unreadable --tls-ca file
   3  `inspect` or `release`: nobody holds the lock
-  4  `release`: not confirmed at the prompt";
+  4  `release`: not confirmed at the prompt
+  5  `doctor`: a server needs a change (see its FAIL lines)";
 
 /// See and manage the locks of lock-runtime: who holds what, who waits,
 /// and take a lock away from a stuck holder.
@@ -137,6 +138,22 @@ pub(crate) struct Connection {
     pub(crate) tls_roots: Option<Vec<u8>>,
     /// Hides the passwords in messages.
     pub(crate) redactor: Redactor,
+    /// The URLs given (with their passwords): the server, the Cluster
+    /// seeds, the sentinels or the Redlock masters.
+    pub(crate) urls: Vec<String>,
+    /// How the URLs are used.
+    pub(crate) shape: Shape,
+}
+
+/// What the URLs of a deployment are.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Shape {
+    /// Servers that hold locks: one, or each Redlock master.
+    Servers,
+    /// Cluster nodes.
+    Cluster,
+    /// Sentinels, which hold no locks.
+    Sentinels,
 }
 
 impl Cli {
@@ -153,16 +170,20 @@ impl Cli {
                 })
                 .collect()
         };
-        let (deployment, urls) = if !target.cluster.is_empty() {
+        let (deployment, urls, shape) = if !target.cluster.is_empty() {
             let urls = named(&target.cluster);
-            (Deployment::cluster(urls.clone()), urls)
+            (Deployment::cluster(urls.clone()), urls, Shape::Cluster)
         } else if !target.sentinel.is_empty() {
             let urls = named(&target.sentinel);
             let service = self.service.clone().unwrap_or_default();
-            (Deployment::sentinel(urls.clone(), service), urls)
+            (
+                Deployment::sentinel(urls.clone(), service),
+                urls,
+                Shape::Sentinels,
+            )
         } else if !target.redlock.is_empty() {
             let urls = named(&target.redlock);
-            (Deployment::redlock(urls.clone()), urls)
+            (Deployment::redlock(urls.clone()), urls, Shape::Servers)
         } else {
             let url = target
                 .url
@@ -170,7 +191,7 @@ impl Cli {
                 .or_else(|| env.url.clone())
                 .unwrap_or_else(|| DEFAULT_URL.to_owned());
             let urls = named(&[url]);
-            (Deployment::from(urls[0].clone()), urls)
+            (Deployment::from(urls[0].clone()), urls, Shape::Servers)
         };
         let redactor = Redactor::new(env.password.as_deref(), &urls);
         let tls_roots = match &self.tls_ca {
@@ -195,6 +216,8 @@ impl Cli {
             deployment,
             tls_roots,
             redactor,
+            urls,
+            shape,
         })
     }
 }
@@ -240,6 +263,14 @@ pub(crate) enum Command {
         #[arg(long, value_name = "MS", default_value_t = 200)]
         interval_ms: u64,
     },
+    /// Check that each server suits the locks, and say what to change.
+    ///
+    /// Reads the version, INFO, the eviction policy, scripting, publishing,
+    /// persistence and the replication role of the server, of each Redlock
+    /// master, or of each Cluster node named (name every master). Sentinels
+    /// hold no locks: give the master's --url instead. Exit code 5 when
+    /// something must change; warnings alone exit 0.
+    Doctor,
     /// Take a lock away from its holders (needs --force).
     ///
     /// Deletes what the holders hold and publishes the release, so waiters

@@ -3,7 +3,7 @@
 //! ```text
 //! lockctl [--url URL | --cluster URL,.. | --sentinel URL,.. --service NAME | --redlock URL,..]
 //!         [--tls-ca PEM_FILE] [--prefix P] [--json]
-//!         <list [PATTERN] | inspect NAME | watch NAME | release NAME --force>
+//!         <list [PATTERN] | inspect NAME | watch NAME | release NAME --force | doctor>
 //! ```
 //!
 //! The password comes from the URLs or `LOCKCTL_PASSWORD`, the server from
@@ -14,6 +14,7 @@
 //! exactly as the library writes them. See `lockctl --help` and README.md.
 
 mod cli;
+mod doctor;
 mod render;
 mod secret;
 
@@ -24,7 +25,7 @@ use std::time::{Duration, Instant};
 use clap::Parser;
 use lock_runtime::{LockClient, LockClientBuilder, LockError, LockInfo};
 
-use cli::{Cli, Command, Connection, Env};
+use cli::{Cli, Command, Connection, Env, Shape};
 use render::Paint;
 use secret::Redactor;
 
@@ -33,6 +34,7 @@ const FAILED: u8 = 1;
 const USAGE: u8 = 2;
 const NOT_HELD: u8 = 3;
 const DECLINED: u8 = 4;
+const UNFIT: u8 = 5;
 
 /// What a command ends with: an exit code, and a message for stderr.
 struct Outcome {
@@ -69,9 +71,20 @@ async fn main() -> ExitCode {
     let connection = Env::read().and_then(|env| cli.connection(&env));
     let (outcome, redactor) = match connection {
         Ok(Connection {
+            tls_roots,
+            redactor,
+            urls,
+            shape,
+            ..
+        }) if matches!(cli.command, Command::Doctor) => {
+            let outcome = check(&cli, &urls, shape, tls_roots.as_deref(), &redactor).await;
+            (outcome, redactor)
+        }
+        Ok(Connection {
             deployment,
             tls_roots,
             redactor,
+            ..
         }) => {
             let mut builder = LockClient::builder(deployment);
             if let Some(pem) = tls_roots {
@@ -87,6 +100,55 @@ async fn main() -> ExitCode {
         eprintln!("lockctl: {}", redactor.hide(&message));
     }
     ExitCode::from(outcome.code)
+}
+
+/// `lockctl doctor`: examines each server the URLs name (see `doctor.rs`).
+async fn check(
+    cli: &Cli,
+    urls: &[String],
+    shape: Shape,
+    tls_roots: Option<&[u8]>,
+    redactor: &Redactor,
+) -> Outcome {
+    if shape == Shape::Sentinels {
+        return Outcome::fail(
+            USAGE,
+            "doctor examines the servers that hold locks, and sentinels hold none: give the \
+             master's --url (and, to check them too, each replica's)",
+        );
+    }
+    let needs = doctor::Needs {
+        cluster: shape == Shape::Cluster,
+    };
+    let mut found = Vec::new();
+    for url in urls {
+        let shown = redactor.hide(url);
+        match doctor::examine(url, &shown, tls_roots, needs).await {
+            Ok(more) => found.extend(more),
+            Err(message) => return Outcome::fail(FAILED, message),
+        }
+    }
+    if cli.json {
+        println!("{}", doctor::json(&found));
+    } else {
+        let paint = Paint {
+            on: std::io::stdout().is_terminal()
+                && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty()),
+        };
+        print!("{}", doctor::text(&found, paint));
+    }
+    let failed = found
+        .iter()
+        .filter(|f| f.status == doctor::Status::Fail)
+        .count();
+    if failed > 0 {
+        Outcome::fail(
+            UNFIT,
+            format!("{failed} check(s) failed: change what the FAIL lines say"),
+        )
+    } else {
+        Outcome::ok()
+    }
 }
 
 async fn run(cli: Cli, builder: LockClientBuilder) -> Result<Outcome, LockError> {
@@ -162,6 +224,8 @@ async fn run(cli: Cli, builder: LockClientBuilder) -> Result<Outcome, LockError>
             count,
             interval_ms,
         } => watch(&locks, &name, count, interval_ms, cli.json, paint).await,
+        // Examined in `main`, without a lock client (see `check`).
+        Command::Doctor => Ok(Outcome::ok()),
         Command::Release { name, yes, .. } => {
             if std::io::stdin().is_terminal() && !yes {
                 let info = locks.inspect(&name).await?;

@@ -568,3 +568,78 @@ fn scratch_dir(name: &str) -> PathBuf {
     std::fs::create_dir_all(&dir).expect("scratch directory");
     dir
 }
+
+/// The findings of `lockctl --json doctor`: (check, status) pairs.
+fn doctor_findings(output: &Output) -> Vec<(String, String)> {
+    let found: Value = serde_json::from_str(stdout(output).trim()).expect("doctor JSON");
+    found
+        .as_array()
+        .expect("an array")
+        .iter()
+        .map(|f| {
+            (
+                f["check"].as_str().unwrap_or_default().to_owned(),
+                f["status"].as_str().unwrap_or_default().to_owned(),
+            )
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn doctor_passes_a_fit_server_and_names_what_to_change_on_an_evicting_one() {
+    let fit = RedisServer::start();
+    let passed = lockctl(&fit, &["--json", "doctor"]).await;
+    expect_code(&fit, &passed, 0);
+    let found = doctor_findings(&passed);
+    for check in [
+        "version",
+        "eviction",
+        "role",
+        "scripting",
+        "pubsub",
+        "persistence",
+    ] {
+        assert!(
+            found.iter().any(|(c, _)| c == check),
+            "no {check} check: {found:?}"
+        );
+    }
+    assert!(
+        found.iter().all(|(_, status)| status != "fail"),
+        "{found:?}"
+    );
+
+    // A memory limit with an evicting policy: the client would refuse it.
+    let evicting =
+        RedisServer::start_with(&["--maxmemory", "10mb", "--maxmemory-policy", "volatile-lru"]);
+    let failed = lockctl(&evicting, &["doctor"]).await;
+    expect_code(&evicting, &failed, 5);
+    let text = stdout(&failed);
+    assert!(
+        text.contains("FAIL") && text.contains("maxmemory-policy noeviction"),
+        "{text}"
+    );
+    let json = lockctl(&evicting, &["--json", "doctor"]).await;
+    expect_code(&evicting, &json, 5);
+    assert!(
+        doctor_findings(&json).contains(&("eviction".to_owned(), "fail".to_owned())),
+        "{}",
+        stdout(&json)
+    );
+
+    // Sentinels hold no locks: a usage error that says what to give.
+    let sentinels = output(bare_command(&[
+        "--sentinel",
+        &fit.url(),
+        "--service",
+        "mymaster",
+        "doctor",
+    ]))
+    .await;
+    expect_code(&fit, &sentinels, 2);
+    assert!(
+        stderr(&sentinels).contains("--url"),
+        "{}",
+        stderr(&sentinels)
+    );
+}
