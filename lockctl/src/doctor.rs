@@ -99,7 +99,7 @@ pub(crate) async fn examine(
         eviction(&memory, &mut finding);
     }
     if let Some(replication) = info(&mut conn, "replication", &mut finding).await {
-        role(&replication, &mut finding);
+        role(&replication, needs, &mut finding);
     }
     scripting(&mut conn, &mut finding).await;
     publishing(&mut conn, needs, &mut finding).await;
@@ -171,7 +171,15 @@ fn version(server: &str, needs: Needs, finding: &mut Record<'_>) {
     let needed = if needs.cluster { (7, 0) } else { (6, 2) };
     match major_minor(redis_version) {
         Some(v) if v >= needed => finding("version", Status::Ok, name, None),
-        _ => finding(
+        // A server that does not say (a proxy, a compatible store): the
+        // client does not check either.
+        None => finding(
+            "version",
+            Status::Warn,
+            format!("{name}: no version the client can read"),
+            Some("make sure it is Redis 6.2 or later (7.0 on a Cluster), or Valkey"),
+        ),
+        Some(_) => finding(
             "version",
             Status::Fail,
             format!("{name}: older than {}.{}", needed.0, needed.1),
@@ -188,7 +196,15 @@ fn eviction(memory: &str, finding: &mut Record<'_>) {
     let limit: u64 = field(memory, "maxmemory")
         .and_then(|v| v.parse().ok())
         .unwrap_or(0);
-    let policy = field(memory, "maxmemory_policy").unwrap_or("unknown");
+    let Some(policy) = field(memory, "maxmemory_policy") else {
+        finding(
+            "eviction",
+            Status::Warn,
+            "INFO memory does not say the eviction policy".to_owned(),
+            Some("make sure maxmemory-policy is noeviction, or that there is no memory limit"),
+        );
+        return;
+    };
     if limit == 0 || policy == "noeviction" {
         let detail = if limit == 0 {
             format!("no memory limit (maxmemory-policy {policy})")
@@ -213,12 +229,19 @@ fn eviction(memory: &str, finding: &mut Record<'_>) {
     }
 }
 
-fn role(replication: &str, finding: &mut Record<'_>) {
+fn role(replication: &str, needs: Needs, finding: &mut Record<'_>) {
     let role = field(replication, "role").unwrap_or("unknown");
     let replicas: u32 = field(replication, "connected_slaves")
         .and_then(|v| v.parse().ok())
         .unwrap_or(0);
-    if role == "slave" {
+    if role == "slave" && needs.cluster {
+        finding(
+            "role",
+            Status::Ok,
+            "a Cluster replica: the client sends lock calls to the masters".to_owned(),
+            None,
+        );
+    } else if role == "slave" {
         finding(
             "role",
             Status::Fail,
@@ -275,6 +298,14 @@ async fn publishing(conn: &mut MultiplexedConnection, needs: Needs, finding: &mu
         .query_async::<i64>(conn)
         .await;
     match sent {
+        // A Cluster node that does not own the probe's slot redirects it:
+        // Redis checks the ACL before that, so publishing is allowed.
+        Err(err) if matches!(err.code(), Some("MOVED" | "ASK")) => finding(
+            "pubsub",
+            Status::Ok,
+            format!("{command} allowed (releases wake waiters)"),
+            None,
+        ),
         Ok(_) => finding(
             "pubsub",
             Status::Ok,

@@ -121,27 +121,33 @@ async fn check(
         cluster: shape == Shape::Cluster,
     };
     let mut found = Vec::new();
+    // The servers that could not be reached; the others are still examined.
+    let mut unreachable = Vec::new();
     for url in urls {
         let shown = redactor.hide(url);
         match doctor::examine(url, &shown, tls_roots, needs).await {
             Ok(more) => found.extend(more),
-            Err(message) => return Outcome::fail(FAILED, message),
+            Err(message) => unreachable.push(message),
         }
     }
-    if cli.json {
-        println!("{}", doctor::json(&found));
+    let out = if cli.json {
+        format!("{}\n", doctor::json(&found))
     } else {
         let paint = Paint {
             on: std::io::stdout().is_terminal()
                 && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty()),
         };
-        print!("{}", doctor::text(&found, paint));
-    }
+        doctor::text(&found, paint)
+    };
+    // A reader that stopped early (`| head`) is no error of the servers'.
+    let _ = std::io::stdout().write_all(out.as_bytes());
     let failed = found
         .iter()
         .filter(|f| f.status == doctor::Status::Fail)
         .count();
-    if failed > 0 {
+    if !unreachable.is_empty() {
+        Outcome::fail(FAILED, unreachable.join("; "))
+    } else if failed > 0 {
         Outcome::fail(
             UNFIT,
             format!("{failed} check(s) failed: change what the FAIL lines say"),

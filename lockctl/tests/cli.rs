@@ -627,6 +627,15 @@ async fn doctor_passes_a_fit_server_and_names_what_to_change_on_an_evicting_one(
         stdout(&json)
     );
 
+    // Redlock masters: one cannot be reached (exit 1), the other is still
+    // examined.
+    let gone = format!("redis://127.0.0.1:{}", free_port());
+    let masters = format!("{},{gone}", fit.url());
+    let partly = output(bare_command(&["--redlock", &masters, "doctor"])).await;
+    expect_code(&fit, &partly, 1);
+    assert!(stdout(&partly).contains("version"), "{}", stdout(&partly));
+    assert!(stderr(&partly).contains(&gone), "{}", stderr(&partly));
+
     // Sentinels hold no locks: a usage error that says what to give.
     let sentinels = output(bare_command(&[
         "--sentinel",
