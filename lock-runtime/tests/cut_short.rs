@@ -20,8 +20,14 @@ const WAIT: Duration = Duration::from_secs(5);
 
 /// Asserts that another client takes `name` well within its lease.
 async fn free_for_another(server: &RedisServer, name: &str) {
+    free_for_another_as(server, name, |c, n| c.lock(n)).await;
+}
+
+/// Asserts that another client takes `name`, as the kind of lock `request`
+/// makes, well within its lease.
+async fn free_for_another_as(server: &RedisServer, name: &str, request: Request) {
     let other = connect(builder(server).default_lease(LEASE)).await;
-    let taken = other.lock(name).wait(WAIT).acquire().await;
+    let taken = request(&other, name).wait(WAIT).acquire().await;
     let guard = taken.unwrap_or_else(|err| {
         panic!(
             "`{name}` stayed taken by nobody ({err}); holder: {:?}",
@@ -29,6 +35,16 @@ async fn free_for_another(server: &RedisServer, name: &str) {
         )
     });
     ok(server, guard.release().await);
+}
+
+/// A client whose command timeout is `timeout`, shorter than the stalls.
+async fn impatient(server: &RedisServer, timeout: Duration) -> LockClient {
+    connect(
+        builder(server)
+            .default_lease(LEASE)
+            .command_timeout(timeout),
+    )
+    .await
 }
 
 /// Takes and releases a lock once, so that the server has the scripts: an
@@ -84,12 +100,7 @@ async fn a_release_dropped_midway_still_frees_the_lock() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_try_lock_that_timed_out_on_a_stall_does_not_keep_the_lock() {
     let server = Arc::new(RedisServer::start());
-    let locks = connect(
-        builder(&server)
-            .default_lease(LEASE)
-            .command_timeout(Duration::from_millis(200)),
-    )
-    .await;
+    let locks = impatient(&server, Duration::from_millis(200)).await;
     let name = unique_key("cut-try");
     warm_up(&server, &locks).await;
     let resume = stall(&server, Duration::from_millis(400));
@@ -129,12 +140,7 @@ fn every_kind() -> [(&'static str, Request); 4] {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_try_lock_of_every_kind_given_up_early_in_a_stall_does_not_keep_the_lock() {
     let server = Arc::new(RedisServer::start());
-    let locks = connect(
-        builder(&server)
-            .default_lease(LEASE)
-            .command_timeout(Duration::from_millis(40)),
-    )
-    .await;
+    let locks = impatient(&server, Duration::from_millis(40)).await;
     for (_, request) in every_kind() {
         let warm = ok(
             &server,
@@ -153,11 +159,7 @@ async fn a_try_lock_of_every_kind_given_up_early_in_a_stall_does_not_keep_the_lo
             "{kind}: Redis is stalled past the command timeout"
         );
         resume.await.expect("resumed");
-        let other = connect(builder(&server).default_lease(LEASE)).await;
-        let taken = request(&other, &name).wait(WAIT).acquire().await;
-        let guard =
-            taken.unwrap_or_else(|err| panic!("{kind}: `{name}` stayed taken by nobody ({err})"));
-        ok(&server, guard.release().await);
+        free_for_another_as(&server, &name, request).await;
     }
 }
 

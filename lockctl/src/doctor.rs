@@ -298,21 +298,10 @@ async fn publishing(conn: &mut MultiplexedConnection, needs: Needs, finding: &mu
         .query_async::<i64>(conn)
         .await;
     match sent {
-        // A Cluster node that does not own the probe's slot redirects it:
-        // Redis checks the ACL before that, so publishing is allowed.
-        Err(err) if matches!(err.code(), Some("MOVED" | "ASK")) => finding(
-            "pubsub",
-            Status::Ok,
-            format!("{command} allowed (releases wake waiters)"),
-            None,
-        ),
-        Ok(_) => finding(
-            "pubsub",
-            Status::Ok,
-            format!("{command} allowed (releases wake waiters)"),
-            None,
-        ),
-        Err(err) => finding(
+        // A Cluster node that does not own the probe's slot redirects it
+        // (MOVED, ASK): Redis checks the ACL before that, so publishing is
+        // allowed, as when it is answered.
+        Err(err) if !matches!(err.code(), Some("MOVED" | "ASK")) => finding(
             "pubsub",
             Status::Warn,
             format!("{command} refused: {err}"),
@@ -321,6 +310,12 @@ async fn publishing(conn: &mut MultiplexedConnection, needs: Needs, finding: &mu
                  (`+publish +subscribe`, or the sharded ones on a Cluster, with a channel \
                  pattern for the lock prefix); without them waiters poll",
             ),
+        ),
+        Ok(_) | Err(_) => finding(
+            "pubsub",
+            Status::Ok,
+            format!("{command} allowed (releases wake waiters)"),
+            None,
         ),
     }
 }
