@@ -117,6 +117,9 @@ pub(crate) struct Options {
     /// `key`'s template, or `keys`'s (at least one).
     pub(crate) keys: Vec<Template>,
     pub(crate) kind: Kind,
+    /// `mode = "write"`: the write side of a read-write lock, an exclusive
+    /// lock whose metrics say so.
+    pub(crate) write: bool,
     /// Milliseconds; `None` leaves the client's default.
     pub(crate) lease: Option<u64>,
     /// Milliseconds; `None` leaves the client's default.
@@ -198,6 +201,7 @@ impl Options {
         Ok(Options {
             keys,
             kind,
+            write: setters.mode == Some(Mode::Write),
             lease: setters.lease,
             wait: setters.wait,
             lock_at_most: setters.lock_at_most,

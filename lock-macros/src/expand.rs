@@ -172,6 +172,7 @@ fn lock_options(options: &Options, private: &TokenStream) -> TokenStream {
     let replicas = replicas(options.min_replicas);
     let at_least = duration(options.lock_at_least);
     let max_hold = duration(options.max_hold);
+    let write = options.write;
     quote! {
         #private::Options {
             lease: #lease,
@@ -180,6 +181,7 @@ fn lock_options(options: &Options, private: &TokenStream) -> TokenStream {
             at_least: #at_least,
             fixed_lease: #fixed_lease,
             max_hold: #max_hold,
+            write: #write,
         }
     }
 }
@@ -550,7 +552,8 @@ mod tests {
              min_replicas : :: core :: option :: Option :: None , \
              at_least : :: core :: option :: Option :: None , \
              fixed_lease : false , \
-             max_hold : :: core :: option :: Option :: None , }"
+             max_hold : :: core :: option :: Option :: None , \
+             write : false , }"
         );
         let code = expand(
             quote!(key = "k", lease = "1m", wait = "2s", min_replicas = 1),
@@ -563,6 +566,8 @@ mod tests {
         );
         assert!(options.contains("from_millis (2000u64)"), "{options}");
         assert!(options.contains("fixed_lease : false"), "{options}");
+        let code = expand(quote!(key = "k", mode = "write"), plain());
+        assert!(lock_options(&code).contains("write : true"), "{code}");
     }
 
     #[test]

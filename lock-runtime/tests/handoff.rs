@@ -184,6 +184,42 @@ async fn a_lock_handed_to_a_waiter_that_stopped_waiting_is_given_back() {
     ok(&server, taken.release().await);
 }
 
+/// As above, with a stall far longer than the command timeout: the
+/// handoff's answer is lost, and so is the first give-back for the waiter
+/// that went away; the give-back is sent again until Redis answers it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lock_handed_to_a_waiter_that_went_away_in_a_stall_is_given_back() {
+    let server = RedisServer::start();
+    let locks = connect(builder(&server).command_timeout(Duration::from_millis(40))).await;
+    let name = unique_key("handoff-gone-stall");
+    let lease = Duration::from_secs(60);
+    let times = (lease, Duration::from_secs(30));
+    let (first, waiting) = held_with_a_waiter(&server, &locks, &name, times).await;
+
+    // The handoff (sent twice) and the first give-back all time out while
+    // the server stalls; they run when it resumes.
+    let releasing = release_while_paused(&server, first).await;
+    waiting.abort();
+    let _ = waiting.await;
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    server.resume();
+    let _ = releasing.await;
+
+    let other = client(&server).await;
+    let taken = other
+        .lock(name.as_str())
+        .wait(Duration::from_secs(10))
+        .acquire()
+        .await;
+    let taken = taken.unwrap_or_else(|err| {
+        panic!(
+            "stayed taken by a waiter that went away ({err}): {:?}",
+            server.cli(&["HGETALL", &common::lock_key(&name)])
+        )
+    });
+    ok(&server, taken.release().await);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn waiters_of_another_client_are_not_starved_by_handoffs() {
     let server = RedisServer::start();

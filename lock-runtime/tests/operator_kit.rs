@@ -42,8 +42,9 @@ struct Metric {
     labels: &'static [Label],
 }
 
-/// `kind_label`, which is `LockKind::as_str` (base/kind.rs).
-const KIND: Label = ("kind", &["exclusive", "semaphore", "read-write", "fair"]);
+/// `kind_label`: `LockKind::as_str` (base/kind.rs), but for the two sides
+/// of a read-write lock, `read` and `write`.
+const KIND: Label = ("kind", &["exclusive", "fair", "semaphore", "read", "write"]);
 /// `cause` in `Acquiring::finish`.
 const CAUSE: Label = ("cause", &["held", "restart_quarantine"]);
 /// `reason_label`.
@@ -84,9 +85,10 @@ const ERROR: Label = (
     ],
 );
 
-/// Every metric, its type and its labels, from the `count`, `observe` and
-/// `held_by` calls in telemetry.rs.
-static METRICS: [Metric; 9] = [
+/// Every metric, its type and its labels, from the `count`, `observe`,
+/// `add` and `held_by` calls (and the watchdog lag's `gauge!`) in
+/// telemetry.rs.
+static METRICS: [Metric; 14] = [
     // `Acquiring::finish`, granted.
     Metric {
         name: metric_names::LOCK_ACQUIRED_TOTAL,
@@ -140,6 +142,36 @@ static METRICS: [Metric; 9] = [
         name: metric_names::LOCK_HELD,
         ty: Type::Gauge,
         labels: &[KIND],
+    },
+    // `Waiter::new` and its `Drop`.
+    Metric {
+        name: metric_names::LOCK_WAITERS,
+        ty: Type::Gauge,
+        labels: &[KIND],
+    },
+    // `ClientGauges::new` and its `Drop`.
+    Metric {
+        name: metric_names::CLIENTS,
+        ty: Type::Gauge,
+        labels: &[],
+    },
+    // `ClientGauges::report`.
+    Metric {
+        name: metric_names::SUBSCRIBER_CONNECTED,
+        ty: Type::Gauge,
+        labels: &[],
+    },
+    // `ClientGauges::report`.
+    Metric {
+        name: metric_names::RESTART_QUARANTINED,
+        ty: Type::Gauge,
+        labels: &[],
+    },
+    // `ClientGauges::report`, the latest reading of any client.
+    Metric {
+        name: metric_names::WATCHDOG_LAG_SECONDS,
+        ty: Type::Gauge,
+        labels: &[],
     },
 ];
 

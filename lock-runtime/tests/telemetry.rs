@@ -148,14 +148,26 @@ async fn timeouts_and_contended_waits_are_measured() {
 
     // A waiter that gets the lock once the holder lets go waited about as
     // long as the holder kept it after the waiter asked (half of that, as a
-    // generous bound: the waiter's task may start late).
+    // generous bound: the waiter's task may start late). It counts among
+    // the waiters while it waits.
     let waiting = common::spawn_acquire(waiter.lock(name.as_str()).wait(Duration::from_secs(10)));
     let kept = Duration::from_millis(200);
+    let mut waiters = 0.0;
+    common::until(Duration::from_secs(5), "the waiter counted", async || {
+        waiters += metrics().gauge(LOCK_WAITERS, &[EXCLUSIVE]);
+        waiters == 1.0
+    })
+    .await;
     tokio::time::sleep(kept).await;
     ok(&server, guard.release().await);
     let (_, second) = waiting.await.unwrap();
     ok(&server, ok(&server, second).release().await);
     let after = metrics();
+    assert_eq!(
+        after.gauge(LOCK_WAITERS, &[EXCLUSIVE]),
+        -1.0,
+        "no longer waiting"
+    );
     let waited = after.samples(LOCK_WAIT_SECONDS, &[EXCLUSIVE, ("outcome", "acquired")]);
     assert_eq!(waited.len(), 1, "{after:?}");
     assert!(waited[0] >= (kept / 2).as_secs_f64(), "{waited:?}");
@@ -336,7 +348,7 @@ async fn every_metric_is_described_with_its_unit() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_span_has_the_clients_level_and_read_locks_are_labelled_read_write() {
+async fn the_span_has_the_clients_level_and_the_sides_of_a_read_write_lock_are_told_apart() {
     let _turn = take_turn().await;
     let server = RedisServer::start();
     let quiet = connect(builder(&server).span_level(tracing::Level::DEBUG)).await;
@@ -346,13 +358,18 @@ async fn the_span_has_the_clients_level_and_read_locks_are_labelled_read_write()
     ok(&server, read.release().await);
     let span = ended(&server, &name).await;
     assert_eq!(span["level"], "DEBUG", "{span:?}");
-    assert_eq!(span["kind"], "read-write", "{span:?}");
+    assert_eq!(span["kind"], "read", "{span:?}");
+    let write = ok(&server, quiet.write_lock(name.as_str()).acquire().await);
+    ok(&server, write.release().await);
     let after = metrics();
-    assert_eq!(
-        after.counter(LOCK_ACQUIRED_TOTAL, &[("kind", "read-write")]),
-        1,
-        "{after:?}"
-    );
+    for side in ["read", "write"] {
+        assert_eq!(
+            after.counter(LOCK_ACQUIRED_TOTAL, &[("kind", side)]),
+            1,
+            "{side}: {after:?}"
+        );
+    }
+    assert_eq!(after.counter(LOCK_ACQUIRED_TOTAL, &[EXCLUSIVE]), 0);
 
     let default = connect(builder(&server)).await;
     let other = unique_key("telemetry-level");

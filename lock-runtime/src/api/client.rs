@@ -17,6 +17,7 @@ use crate::base::error::LockError;
 use crate::base::kind::Kind;
 use crate::base::owner;
 use crate::base::redact::redact_urls;
+use crate::base::telemetry;
 use crate::engine::backend::{self, Backend, Topology};
 use crate::engine::handoffs::Offers;
 use crate::engine::wakeups::{OnDisconnect, Subscriber, Wakeups};
@@ -687,7 +688,8 @@ impl LockClient {
         let id = Uuid::new_v4();
         tracing::debug!(client = %id, prefix = %config.prefix, "lock client connected");
         let owner_prefix = format!("{}/{id}", owner::this_process(config.name.as_deref()));
-        Ok(LockClient {
+        let shutdown_token = shutdown.clone();
+        let client = LockClient {
             inner: Arc::new(Inner {
                 id,
                 owner_prefix,
@@ -702,7 +704,21 @@ impl LockClient {
                 closing: CancellationToken::new(),
                 quarantine_until: Mutex::new(None),
             }),
-        })
+        };
+        // The health gauges, as `health()` reads the client (without its
+        // `PING`), for as long as the client lives.
+        let weak = Arc::downgrade(&client.inner);
+        tokio::spawn(telemetry::report_health(shutdown_token, move || {
+            let inner = weak.upgrade()?;
+            let now = Instant::now();
+            let quarantined = inner.quarantine_left(now).is_some();
+            Some((
+                inner.wakeups.is_connected(),
+                quarantined,
+                inner.registry.lag(now),
+            ))
+        }));
+        Ok(client)
     }
 
     /// Starts a request for the lock `name`; set its lease and wait, then
@@ -829,7 +845,7 @@ impl LockClient {
     /// The write side of the read-write lock `name`: the same as
     /// [`lock`](LockClient::lock), which also waits for readers.
     pub fn write_lock(&self, name: impl Into<String>) -> LockRequest {
-        self.lock(name)
+        self.lock(name).writing()
     }
 
     /// Starts a request for the fair lock `name`: exclusive like

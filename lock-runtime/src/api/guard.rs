@@ -419,7 +419,10 @@ impl LockGuard {
     ///
     /// [`LockError::Lost`] when the lock was lost before the release, or
     /// found already expired or taken over; connection errors when Redis
-    /// could not be told, in which case the lock expires after its lease.
+    /// could not be told. The last guard's release is then sent again in
+    /// the background until Redis answers (for ten minutes at most; the
+    /// lock expires after its lease if Redis never does): a stalled server
+    /// does not leave the lock taken by nobody for its lease.
     pub async fn release(mut self) -> Result<(), LockError> {
         self.end_section();
         self.done = true;
@@ -476,6 +479,9 @@ async fn end(
             until.saturating_duration_since(Instant::now())
         });
         let released = give_back(client, held, whole, keep).await;
+        if whole && let Err(err) = &released {
+            give_back_later(client, held, keep_until, err);
+        }
         // A lock lost before is reported as lost, whether or not Redis
         // could be told of the release.
         if let Some(lost) = lost_before {
@@ -497,6 +503,40 @@ async fn end(
     .await;
     finish(telemetry, &outcome, held);
     outcome
+}
+
+/// A last release that failed without saying whether it ran (Redis
+/// stalled, the connection dropped) may have left the locks taken: it is
+/// sent again in the background until Redis answers it (see
+/// [`Backend::retire`]), so that a stall does not leave them taken by
+/// nobody for their lease. Their owner id is done with them, so retiring
+/// it refuses nothing anyone will ask for.
+///
+/// [`Backend::retire`]: crate::engine::backend::Backend::retire
+fn give_back_later(
+    client: &LockClient,
+    held: &[Arc<Held>],
+    keep_until: Option<Instant>,
+    err: &LockError,
+) {
+    let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+        return;
+    };
+    if !err.is_unavailable() {
+        return;
+    }
+    let inner = &client.inner;
+    let (backend, closing) = (inner.backend.clone(), inner.closing.clone());
+    let again_after = inner.config.command_timeout;
+    let keys: Vec<LockKeys> = held.iter().map(|held| held.keys.clone()).collect();
+    let (label, owner, stored) = (label(held), held[0].owner.clone(), held[0].stored.clone());
+    tracing::debug!(key = %label, error = %Chain(err), "release failed; sending it again in the background");
+    runtime.spawn(async move {
+        let held = (&stored, &*owner);
+        backend
+            .retire(&label, &keys, held, keep_until, again_after, &closing)
+            .await;
+    });
 }
 
 /// Records how a hold of `held` ended.
@@ -643,17 +683,25 @@ async fn hand_on(
     };
     // A waiter that stopped waiting meanwhile cannot give back what it may
     // have been handed (a failed call may still have run): that is done
-    // here, after the handoff on the same connection.
-    for waiter in inner.offers.settle(&lock.lock, taken, answer) {
-        tracing::debug!(key = %label, "the waiter a lock may have been handed to is gone; giving it back");
-        let locks = std::slice::from_ref(lock);
-        if let Err(err) = inner
-            .backend
-            .release(label, locks, &Stored::Hash, &waiter, Giving::ABANDONED)
-            .await
-        {
-            tracing::debug!(key = %label, error = %Chain(&err), "giving back a lock handed to a waiter that is gone failed; it expires after its lease");
-        }
+    // here, in the background, retiring its owner id (which nobody uses
+    // any more), so that a handoff that runs late cannot hand the lock to
+    // it either (see `handoff.lua`).
+    let gone = inner.offers.settle(&lock.lock, taken, answer);
+    if !gone.is_empty()
+        && let Ok(runtime) = tokio::runtime::Handle::try_current()
+    {
+        let (backend, closing) = (inner.backend.clone(), inner.closing.clone());
+        let (label, lock) = (label.to_owned(), lock.clone());
+        let again_after = inner.config.command_timeout;
+        runtime.spawn(async move {
+            tracing::debug!(key = %label, "the waiter a lock may have been handed to is gone; giving it back");
+            let locks = std::slice::from_ref(&lock);
+            let giving_back = gone.iter().map(|waiter| {
+                let held = (&Stored::Hash, &**waiter);
+                backend.retire(&label, locks, held, None, again_after, &closing)
+            });
+            futures_util::future::join_all(giving_back).await;
+        });
     }
     // Sent again and found neither held by this releaser nor handed on by
     // it: the first call may have let it go to nobody, or the lock was lost
@@ -694,7 +742,7 @@ impl Drop for LockGuard {
             };
             match end(&client, &held, ending, telemetry).await {
                 Err(err) if !err.is_lost() => {
-                    tracing::warn!(key = %held[0].name, error = %Chain(&err), "release on drop failed; lock expires after its lease");
+                    tracing::warn!(key = %held[0].name, error = %Chain(&err), "release on drop failed");
                 }
                 _ => {}
             }

@@ -31,6 +31,9 @@ pub struct Options {
     pub fixed_lease: bool,
     /// `max_hold`: renewed up to this after it was taken, no further.
     pub max_hold: Option<Duration>,
+    /// `mode = "write"`: the write side of a read-write lock (an exclusive
+    /// lock, whose metrics say `write`).
+    pub write: bool,
 }
 
 /// Takes a lock of `kind` over `keys` (several only for `Exclusive`), with
@@ -47,6 +50,9 @@ pub async fn acquire_with(
         ));
     }
     let mut request = LockRequest::new(client.clone(), kind, keys);
+    if options.write {
+        request = request.writing();
+    }
     if let Some(lease) = options.lease {
         request = request.lease(lease);
     }
@@ -94,8 +100,9 @@ impl<T> OnBusySkip for Option<T> {
 /// The body is dropped at its next await point if the lock is lost, and the
 /// result is `Lost`; a release that finds the lock already gone also turns
 /// the result into `Lost`, since the body may have run unprotected at its
-/// end. A release that cannot reach Redis keeps the body's result: the lock
-/// then expires after its lease.
+/// end. A release that cannot reach Redis keeps the body's result: it is
+/// sent again in the background until Redis answers (the lock expires after
+/// its lease if Redis never does).
 pub async fn run<T, E, F>(guard: LockGuard, body: F) -> Result<T, E>
 where
     F: Future<Output = Result<T, E>>,
@@ -118,7 +125,7 @@ where
                 parent: &span,
                 %key,
                 error = %Chain(&err),
-                "release failed; the lock expires after its lease"
+                "release failed; sent again in the background"
             );
             result
         }

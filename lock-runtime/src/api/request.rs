@@ -19,7 +19,6 @@ use crate::engine::backend::{Attempt, Times};
 use crate::engine::handoffs::{Answer, Offered};
 use crate::engine::wakeups::Wake;
 use crate::engine::watchdog::{Acquisition, DECLARE_EARLY};
-use crate::store::connection::USER_TIMEOUT;
 use crate::store::scripts::calls::Asking;
 use crate::store::scripts::{Acquired, Giving, Released, Stored, Taken};
 
@@ -57,6 +56,9 @@ pub struct LockRequest {
     /// A builder method that does not apply to this kind of lock, refused
     /// at `acquire`.
     misuse: Option<String>,
+    /// Made as the write side of a read-write lock: its metrics say
+    /// `write` (see `telemetry::kind_label`).
+    write: bool,
 }
 
 /// How one attempt to take a request's locks ended, short of an error.
@@ -80,16 +82,20 @@ enum Outcome {
 /// waiter that died leaves the line after this long at most.
 const FAIR_STAY: Duration = Duration::from_secs(3);
 
-/// How long a give-back retires an owner id whose acquire answer was lost
-/// (see [`LockRequest::give_back_for`]): as long as the acquire call may
-/// take to reach Redis over a connection ([`USER_TIMEOUT`]), and then some.
-const RETIRED_FOR: Duration = USER_TIMEOUT.saturating_add(Duration::from_secs(5));
-
 /// How often a fair waiter tries again while nobody names it: to keep its
 /// place in line, and to take the lock if the waiter before it died.
 const FAIR_RETRY: Duration = Duration::from_secs(1);
 
 impl LockRequest {
+    /// Marks the request as the write side of a read-write lock, for its
+    /// metrics' `kind` label.
+    pub(crate) fn writing(self) -> Self {
+        LockRequest {
+            write: true,
+            ..self
+        }
+    }
+
     pub(crate) fn new(client: LockClient, kind: Kind, mut names: Vec<String>) -> Self {
         // One canonical order, so that calls naming the same locks in any
         // order take them the same way, and each name once.
@@ -108,6 +114,7 @@ impl LockRequest {
             at_least: None,
             max_hold: None,
             misuse: None,
+            write: false,
         }
     }
 
@@ -336,7 +343,7 @@ impl LockRequest {
     pub async fn acquire(self) -> Result<LockGuard, LockError> {
         // The span lives on in the guard: see the `telemetry` module.
         let level = self.client.inner.config.span_level;
-        let acquiring = Acquiring::start(self.kind, &self.label, level);
+        let acquiring = Acquiring::start(self.metric_kind(), &self.label, level);
         let span = acquiring.span().clone();
         let client = self.client.clone();
         let mut result = self.acquire_inner(&span).instrument(span.clone()).await;
@@ -504,6 +511,7 @@ impl LockRequest {
         }
 
         tracing::debug!(wait = ?self.wait, "lock busy; waiting");
+        let _waiter = telemetry::Waiter::new(self.metric_kind());
         let wake = match self.kind {
             // A fair waiter is woken when a release names it.
             Kind::Fair => Wake::Named(owner.clone()),
@@ -864,13 +872,18 @@ impl LockRequest {
                     cap: self
                         .max_hold
                         .and_then(|max_hold| sent.checked_add(max_hold)),
-                    tracked: Tracked::new(self.kind, span),
+                    tracked: Tracked::new(self.kind, self.metric_kind(), span),
                 })
             })
             .collect();
-        let hold = Hold::new(self.kind, span, renewals(&held));
+        let hold = Hold::new(self.metric_kind(), span, renewals(&held));
         let guard = LockGuard::new(self.client.clone(), held, hold);
         Ok(Outcome::Taken(guard.held_at_least(self.at_least, sent)))
+    }
+
+    /// The `kind` label of the request's metrics.
+    fn metric_kind(&self) -> &'static str {
+        telemetry::kind_label(self.kind, self.write)
     }
 
     /// An acquire whose answer was lost may still have taken the lock. The
@@ -885,16 +898,10 @@ impl LockRequest {
 
     /// Gives back, in the background, whatever `owner` may hold of `keys`
     /// (see [`abandon`](Self::abandon)), and retires `owner` from them:
-    /// `owner` is never used again.
+    /// `owner` is never used again (see [`Backend::retire`], which sends
+    /// the give-back until Redis answers it).
     ///
-    /// The acquire call may still run after the give-back: it may have gone
-    /// out on another connection (the one kept for `WAIT`, or one replaced
-    /// since), a proxy may hold it, and a server that stalled may run the
-    /// two in either order when it resumes. So the give-back leaves a mark
-    /// that makes every acquire script refuse `owner` for [`RETIRED_FOR`]
-    /// (see `gone_key` in `prelude.lua`), and is sent again until Redis
-    /// answers it: every level of an owner id nobody uses is safe to give
-    /// back any number of times.
+    /// [`Backend::retire`]: crate::engine::backend::Backend::retire
     fn give_back_for(&self, keys: &[LockKeys], owner: Arc<str>) {
         let inner = &self.client.inner;
         let backend = inner.backend.clone();
@@ -911,27 +918,18 @@ impl LockRequest {
         };
         runtime.spawn(async move {
             let stored = Stored::for_kind(kind, &keys[0]);
-            let giving = Giving {
-                retire: RETIRED_FOR,
-                ..Giving::ABANDONED
-            };
-            let until = Instant::now() + RETIRED_FOR;
-            loop {
-                match backend.release(&label, &keys, &stored, &owner, giving).await {
-                    Ok(released) => {
-                        if released.contains(&Released::Free) {
-                            tracing::debug!(key = %label, "gave back a lock whose acquire answer was lost");
-                        }
-                        return;
-                    }
-                    // Once the client is shut down, or the acquire call
-                    // could no longer arrive, nothing is left to stop.
-                    Err(err) if closing.is_cancelled() || Instant::now() >= until => {
-                        tracing::debug!(key = %label, error = %Chain(&err), "giving back a lock whose acquire answer was lost failed; it expires after its lease");
-                        return;
-                    }
-                    Err(_) => tokio::time::sleep(again_after).await,
-                }
+            let released = backend
+                .retire(
+                    &label,
+                    &keys,
+                    (&stored, &owner),
+                    None,
+                    again_after,
+                    &closing,
+                )
+                .await;
+            if released.is_some_and(|released| released.contains(&Released::Free)) {
+                tracing::debug!(key = %label, "gave back a lock whose acquire answer was lost");
             }
         });
     }

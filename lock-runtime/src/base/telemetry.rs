@@ -34,6 +34,8 @@ use tokio::time::Instant;
 use tracing::field::{Empty, display};
 use tracing::{Level, Span};
 
+use tokio_util::sync::CancellationToken;
+
 use crate::base::error::{Chain, LockError, LossReason};
 use crate::base::kind::Kind;
 
@@ -46,9 +48,9 @@ use crate::base::kind::Kind;
 /// own metrics about its locks; base units in the name (`_seconds`),
 /// `_total` on counters. Histograms are in seconds. Labels:
 ///
-/// * `kind`: [`LockKind`](crate::LockKind) as a string: `exclusive` (also
-///   write locks and `lock_all`), `semaphore`, `read-write` (read locks),
-///   `fair`;
+/// * `kind`: the kind of lock: `exclusive` (also `lock_all`), `fair`,
+///   `semaphore`, and the two sides of a read-write lock, `read` and
+///   `write` (`write_lock`, or the attribute's `mode = "write"`);
 /// * `outcome`: on the histograms, how the wait or hold ended;
 /// * `reason` on [`LOCK_LOST_TOTAL`]: `not_held`, `expired`, `not_held_at_release`,
 ///   `not_held_at_reentry`, `lease_ended`;
@@ -97,9 +99,26 @@ pub mod metric_names {
     /// Gauge: locks this process holds now (a re-entered lock counts once).
     /// Labels: `kind`.
     pub const LOCK_HELD: &str = "lock_runtime_locks_held";
+    /// Gauge: acquisitions of this process waiting for a lock now (taken
+    /// at the first try: not counted). Labels: `kind`.
+    pub const LOCK_WAITERS: &str = "lock_runtime_waiters";
+    /// Gauge: lock clients open in this process (connected and not yet
+    /// dropped or shut down). The gauges below count or read these.
+    pub const CLIENTS: &str = "lock_runtime_clients";
+    /// Gauge: clients whose release messages arrive (their subscriber
+    /// connections are up); below [`CLIENTS`], waiters of the others fall
+    /// back to short sleeps.
+    pub const SUBSCRIBER_CONNECTED: &str = "lock_runtime_subscriber_connected";
+    /// Gauge: clients held back by a server's restart quarantine now (the
+    /// last acquisition that met it was told it is not over).
+    pub const RESTART_QUARANTINED: &str = "lock_runtime_restart_quarantined";
+    /// Gauge, seconds: how late the watchdog runs (see
+    /// [`Health::watchdog_lag`](crate::Health::watchdog_lag)), as the
+    /// latest reading of any client of the process; renewals are that late.
+    pub const WATCHDOG_LAG_SECONDS: &str = "lock_runtime_watchdog_lag_seconds";
 
     /// Every name above.
-    pub const ALL: [&str; 9] = [
+    pub const ALL: [&str; 14] = [
         LOCK_ACQUIRED_TOTAL,
         LOCK_TIMEOUTS_TOTAL,
         LOCK_LOST_TOTAL,
@@ -109,6 +128,11 @@ pub mod metric_names {
         LOCK_HOLD_SECONDS,
         LOCK_RENEWAL_ROUND_TRIP_SECONDS,
         LOCK_HELD,
+        LOCK_WAITERS,
+        CLIENTS,
+        SUBSCRIBER_CONNECTED,
+        RESTART_QUARANTINED,
+        WATCHDOG_LAG_SECONDS,
     ];
 }
 
@@ -168,6 +192,27 @@ pub fn describe_metrics() {
             "Round trip of one watchdog renewal call (many locks at once)"
         );
         describe_gauge!(LOCK_HELD, Unit::Count, "Locks held by this process");
+        describe_gauge!(
+            LOCK_WAITERS,
+            Unit::Count,
+            "Acquisitions of this process waiting for a lock"
+        );
+        describe_gauge!(CLIENTS, Unit::Count, "Lock clients open in this process");
+        describe_gauge!(
+            SUBSCRIBER_CONNECTED,
+            Unit::Count,
+            "Lock clients whose release messages arrive"
+        );
+        describe_gauge!(
+            RESTART_QUARANTINED,
+            Unit::Count,
+            "Lock clients held back by a server's restart quarantine"
+        );
+        describe_gauge!(
+            WATCHDOG_LAG_SECONDS,
+            Unit::Seconds,
+            "How late the lock watchdog runs"
+        );
     }
 }
 
@@ -193,15 +238,126 @@ fn observe(name: &'static str, labels: Labels<'_>, value: Duration) {
     let _ = (name, labels, value);
 }
 
-fn held_by(kind: &'static str, delta: f64) {
+fn add(name: &'static str, labels: Labels<'_>, delta: f64) {
     #[cfg(feature = "metrics")]
-    metrics::gauge!(LOCK_HELD, &[("kind", kind)]).increment(delta);
+    metrics::gauge!(name, labels).increment(delta);
     #[cfg(not(feature = "metrics"))]
-    let _ = (kind, delta);
+    let _ = (name, labels, delta);
 }
 
-fn kind_label(kind: Kind) -> &'static str {
-    kind.lock_kind().as_str()
+fn held_by(kind: &'static str, delta: f64) {
+    add(LOCK_HELD, &[("kind", kind)], delta);
+}
+
+/// One acquisition waiting for a lock, counted in [`LOCK_WAITERS`] while
+/// this lives.
+pub(crate) struct Waiter(&'static str);
+
+impl Waiter {
+    /// `kind` is the acquisition's label (see [`kind_label`]).
+    pub(crate) fn new(kind: &'static str) -> Waiter {
+        add(LOCK_WAITERS, &[("kind", kind)], 1.0);
+        Waiter(kind)
+    }
+}
+
+impl Drop for Waiter {
+    fn drop(&mut self) {
+        add(LOCK_WAITERS, &[("kind", self.0)], -1.0);
+    }
+}
+
+/// What a client's health gauges show of it: one client's share of
+/// [`CLIENTS`], [`SUBSCRIBER_CONNECTED`] and [`RESTART_QUARANTINED`] (each
+/// client adds its own, so that they count the process's clients), and its
+/// reading of [`WATCHDOG_LAG_SECONDS`]. Dropped, it takes its share back.
+struct ClientGauges {
+    connected: bool,
+    quarantined: bool,
+}
+
+impl ClientGauges {
+    fn new() -> ClientGauges {
+        describe_once();
+        add(CLIENTS, &[], 1.0);
+        ClientGauges {
+            connected: false,
+            quarantined: false,
+        }
+    }
+
+    /// Brings the client's share up to date.
+    fn report(&mut self, connected: bool, quarantined: bool, lag: Duration) {
+        let change =
+            |now: bool, before: bool| f64::from(u8::from(now)) - f64::from(u8::from(before));
+        if connected != self.connected {
+            add(SUBSCRIBER_CONNECTED, &[], change(connected, self.connected));
+        }
+        if quarantined != self.quarantined {
+            add(
+                RESTART_QUARANTINED,
+                &[],
+                change(quarantined, self.quarantined),
+            );
+        }
+        (self.connected, self.quarantined) = (connected, quarantined);
+        #[cfg(feature = "metrics")]
+        metrics::gauge!(WATCHDOG_LAG_SECONDS).set(lag.as_secs_f64());
+        #[cfg(not(feature = "metrics"))]
+        let _ = lag;
+    }
+}
+
+/// How often a client's health gauges are brought up to date.
+const GAUGES_EVERY: Duration = Duration::from_secs(1);
+
+/// A client's health as its gauges show it: subscriber connected, held
+/// back by a restart quarantine, watchdog lag.
+pub(crate) type ClientHealth = (bool, bool, Duration);
+
+/// Keeps a client's share of the health gauges (see [`ClientGauges`]) up
+/// to date with what `read` says, until `stop` is cancelled or `read` says
+/// nothing (the client is gone). Without the `metrics` feature it returns
+/// at once.
+pub(crate) async fn report_health(
+    stop: CancellationToken,
+    mut read: impl FnMut() -> Option<ClientHealth>,
+) {
+    if !cfg!(feature = "metrics") {
+        return;
+    }
+    let mut gauges = ClientGauges::new();
+    let mut every = tokio::time::interval(GAUGES_EVERY);
+    every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = every.tick() => {}
+            () = stop.cancelled() => return,
+        }
+        let Some((connected, quarantined, lag)) = read() else {
+            return;
+        };
+        gauges.report(connected, quarantined, lag);
+    }
+}
+
+impl Drop for ClientGauges {
+    fn drop(&mut self) {
+        self.report(false, false, Duration::ZERO);
+        add(CLIENTS, &[], -1.0);
+    }
+}
+
+/// The `kind` label of a lock of `kind`: the [`LockKind`](crate::LockKind),
+/// except that the two sides of a read-write lock are told apart: `read`,
+/// and `write` for a request made as the write side (`write_lock`, the
+/// attribute's `mode = "write"`), which is otherwise an `exclusive` lock.
+pub(crate) fn kind_label(kind: Kind, write: bool) -> &'static str {
+    match kind {
+        Kind::Read => "read",
+        Kind::Exclusive if write => "write",
+        kind => kind.lock_kind().as_str(),
+    }
 }
 
 /// The `error` label: the variant, as a bounded set of names.
@@ -245,9 +401,9 @@ pub(crate) struct Acquiring {
 
 impl Acquiring {
     /// Opens the `lock` span of a request for `key`, at `level`.
-    pub(crate) fn start(kind: Kind, key: &str, level: Level) -> Acquiring {
+    /// `kind` is its label (see [`kind_label`]).
+    pub(crate) fn start(kind: &'static str, key: &str, level: Level) -> Acquiring {
         describe_once();
-        let kind = kind_label(kind);
         // A span's level is part of its callsite, a constant: one callsite
         // per level.
         macro_rules! lock_span {
@@ -382,10 +538,11 @@ impl Default for Hold {
 impl Hold {
     /// Starts timing a hold acquired in `span`, of a lock renewed
     /// `renewals_before` times already (by an outer guard that re-entered).
-    pub(crate) fn new(kind: Kind, span: &Span, renewals_before: u64) -> Hold {
+    /// `kind` is its label (see [`kind_label`]).
+    pub(crate) fn new(kind: &'static str, span: &Span, renewals_before: u64) -> Hold {
         Hold {
             span: span.clone(),
-            kind: kind_label(kind),
+            kind,
             since: Some(Instant::now()),
             renewals_before,
         }
@@ -468,6 +625,8 @@ pub(crate) struct Tracked {
     /// The kind of lock: its metrics' label, and what its release does (a
     /// fair lock is handed to the first in line, see `handoffs.rs`).
     kind: Kind,
+    /// Its label in metrics (see [`kind_label`]).
+    label: &'static str,
     /// The span of the acquisition that first took the lock, for the
     /// watchdog's events about it.
     span: Span,
@@ -477,9 +636,10 @@ pub(crate) struct Tracked {
 }
 
 impl Tracked {
-    pub(crate) fn new(kind: Kind, span: &Span) -> Tracked {
+    pub(crate) fn new(kind: Kind, label: &'static str, span: &Span) -> Tracked {
         Tracked {
             kind,
+            label,
             span: span.clone(),
             renewals: AtomicU64::new(0),
             lost: AtomicBool::new(false),
@@ -493,7 +653,7 @@ impl Tracked {
 
     /// The kind's label in metrics.
     fn label(&self) -> &'static str {
-        kind_label(self.kind)
+        self.label
     }
 
     /// The span of the acquisition that took the lock.
@@ -557,5 +717,99 @@ pub(crate) fn renewal<'a>(
                 ],
             );
         }
+    }
+}
+
+#[cfg(all(test, feature = "metrics"))]
+mod tests {
+    use metrics_util::debugging::{DebugValue, DebuggingRecorder};
+
+    use super::*;
+
+    /// The gauges' values: the recorder's snapshots give each gauge's
+    /// change since the last one, added up here (a gauge that is set, the
+    /// watchdog's lag, reads as its last value).
+    #[derive(Default)]
+    struct Gauges(std::collections::BTreeMap<String, f64>);
+
+    impl Gauges {
+        fn read(&mut self, recorder: &DebuggingRecorder) -> &Self {
+            for (key, _, _, value) in recorder.snapshotter().snapshot().into_vec() {
+                if let DebugValue::Gauge(value) = value {
+                    let name = key.key().name().to_owned();
+                    let total = self.0.entry(name.clone()).or_default();
+                    if name == WATCHDOG_LAG_SECONDS {
+                        *total = value.into_inner();
+                    } else {
+                        *total += value.into_inner();
+                    }
+                }
+            }
+            self
+        }
+
+        fn value(&self, name: &str) -> f64 {
+            self.0.get(name).copied().unwrap_or_default()
+        }
+    }
+
+    #[test]
+    fn each_client_adds_its_share_to_the_health_gauges_and_takes_it_back() {
+        let recorder = DebuggingRecorder::new();
+        metrics::with_local_recorder(&recorder, || {
+            let mut first = ClientGauges::new();
+            let mut second = ClientGauges::new();
+            let mut gauges = Gauges::default();
+            first.report(true, false, Duration::from_millis(20));
+            second.report(false, true, Duration::from_millis(700));
+            let now = gauges.read(&recorder);
+            assert_eq!(now.value(CLIENTS), 2.0);
+            assert_eq!(now.value(SUBSCRIBER_CONNECTED), 1.0);
+            assert_eq!(now.value(RESTART_QUARANTINED), 1.0);
+            assert_eq!(now.value(WATCHDOG_LAG_SECONDS), 0.7);
+            // Reported again unchanged: counted once.
+            second.report(false, true, Duration::from_millis(700));
+            // The second one's subscriber comes back and its quarantine ends.
+            second.report(true, false, Duration::ZERO);
+            let now = gauges.read(&recorder);
+            assert_eq!(now.value(SUBSCRIBER_CONNECTED), 2.0);
+            assert_eq!(now.value(RESTART_QUARANTINED), 0.0);
+            drop(first);
+            let now = gauges.read(&recorder);
+            assert_eq!(now.value(CLIENTS), 1.0);
+            assert_eq!(now.value(SUBSCRIBER_CONNECTED), 1.0);
+            drop(second);
+            let now = gauges.read(&recorder);
+            assert_eq!(now.value(CLIENTS), 0.0);
+            assert_eq!(now.value(SUBSCRIBER_CONNECTED), 0.0);
+        });
+    }
+
+    #[test]
+    fn waiters_are_counted_while_they_wait_and_the_sides_of_a_read_write_lock_apart() {
+        let recorder = DebuggingRecorder::new();
+        metrics::with_local_recorder(&recorder, || {
+            let mut gauges = Gauges::default();
+            let read = Waiter::new(kind_label(Kind::Read, false));
+            let write = Waiter::new(kind_label(Kind::Exclusive, true));
+            let plain = Waiter::new(kind_label(Kind::Exclusive, false));
+            let snapshot = recorder.snapshotter().snapshot().into_vec();
+            let mut kinds: Vec<(String, f64)> = snapshot
+                .into_iter()
+                .filter_map(|(key, _, _, value)| {
+                    let label = key.key().labels().next()?.value().to_owned();
+                    match value {
+                        DebugValue::Gauge(value) => Some((label, value.into_inner())),
+                        _ => None,
+                    }
+                })
+                .collect();
+            kinds.sort_by(|a, b| a.0.cmp(&b.0));
+            let expected = ["exclusive", "read", "write"].map(|kind| (kind.to_owned(), 1.0));
+            assert_eq!(kinds, expected);
+            drop((read, write, plain));
+            // Each takes its count back (the snapshot above took the three).
+            assert_eq!(gauges.read(&recorder).value(LOCK_WAITERS), -3.0);
+        });
     }
 }

@@ -48,11 +48,13 @@ use futures_util::StreamExt;
 use futures_util::future::BoxFuture;
 use futures_util::stream::FuturesUnordered;
 use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
 
 use crate::base::config::Replicas;
 use crate::base::error::{Chain, LockError};
 use crate::base::keys::{LockKeys, slot};
 use crate::base::kind::Kind;
+use crate::store::connection::USER_TIMEOUT;
 use crate::store::node::Node;
 use crate::store::scripts::calls::{Asker, Asking, Next};
 use crate::store::scripts::{
@@ -180,6 +182,26 @@ fn answered(node: Node, name: String, call: Call, locks: usize) -> OpFuture<()> 
     })
 }
 
+/// How long a give-back retires an owner id whose grant went unanswered
+/// (see [`Backend::retire`]): as long as the call that granted it may take
+/// to reach Redis over a connection ([`USER_TIMEOUT`]), and then some. A
+/// server that stalled runs that call and the give-back within moments of
+/// each other when it resumes, however long it stalled.
+pub(crate) const RETIRED_FOR: Duration = USER_TIMEOUT.saturating_add(Duration::from_secs(5));
+
+/// How long a give-back whose grant went unanswered is sent again while
+/// Redis does not answer (see [`Backend::retire`]). A server stopped (a
+/// `SIGSTOP`, a paused VM) keeps its connections: when it resumes it runs
+/// the call that granted the lock, and one of the give-backs sent meanwhile
+/// must run too. The bound keeps give-backs from piling up against a server
+/// that never comes back; after a longer pause the lock lapses after its
+/// lease, as it would without the give-back. Each pending give-back is one
+/// small task that tries every few seconds.
+pub(crate) const GIVE_BACK_FOR: Duration = Duration::from_secs(600);
+
+/// The longest pause between two tries of such a give-back.
+const GIVE_BACK_PAUSE_AT_MOST: Duration = Duration::from_secs(5);
+
 impl Backend {
     pub(crate) fn new(topology: Topology) -> Backend {
         Backend {
@@ -250,6 +272,62 @@ impl Backend {
         Ok((0..locks.len())
             .map(|i| merge_released(per_store.iter().map(|store| store[i])))
             .collect())
+    }
+
+    /// Gives back whatever `owner` may hold of `locks` (every level), and
+    /// retires `owner` from them for [`RETIRED_FOR`]: an acquire or a
+    /// handoff to `owner` whose answer was lost may have granted them, and
+    /// nobody will use `owner` again. Returns how each lock was found, or
+    /// `None` when no give-back was answered.
+    ///
+    /// The call that may have granted them can still run after the
+    /// give-back: it may have gone out on another connection (the one kept
+    /// for `WAIT`, or one replaced since), a proxy may hold it, and a
+    /// server that stalled runs the two in either order when it resumes.
+    /// So the give-back leaves a mark that makes every acquire script
+    /// refuse `owner` (see `gone_key` in `prelude.lua`), and is sent again
+    /// until Redis answers it (every level of an owner id nobody uses is
+    /// safe to give back any number of times): first after `again_after`,
+    /// then ever less often, for [`GIVE_BACK_FOR`] at most. It stops early
+    /// when `closing` is cancelled: the client is shut down.
+    ///
+    /// A lock its holder asked to keep taken until `keep_until` (see
+    /// `LockRequest::lock_at_least`) is kept until then.
+    pub(crate) async fn retire(
+        &self,
+        name: &str,
+        locks: &[LockKeys],
+        (stored, owner): (&Stored, &str),
+        keep_until: Option<Instant>,
+        again_after: Duration,
+        closing: &CancellationToken,
+    ) -> Option<Vec<Released>> {
+        let until = Instant::now() + GIVE_BACK_FOR;
+        let mut pause = again_after;
+        loop {
+            let giving = Giving {
+                retire: RETIRED_FOR,
+                keep: keep_until.map_or(Duration::ZERO, |keep_until| {
+                    keep_until.saturating_duration_since(Instant::now())
+                }),
+                ..Giving::ABANDONED
+            };
+            match self.release(name, locks, stored, owner, giving).await {
+                Ok(released) => return Some(released),
+                Err(err) if closing.is_cancelled() || Instant::now() + pause >= until => {
+                    tracing::warn!(key = %name, error = %Chain(&err), "giving back a lock whose grant went unanswered failed; it expires after its lease");
+                    return None;
+                }
+                Err(err) => {
+                    tracing::debug!(key = %name, error = %Chain(&err), "giving back a lock whose grant went unanswered failed; trying again");
+                    tokio::select! {
+                        () = tokio::time::sleep(pause) => {}
+                        () = closing.cancelled() => return None,
+                    }
+                    pause = (pause * 2).min(GIVE_BACK_PAUSE_AT_MOST);
+                }
+            }
+        }
     }
 
     /// Whether a release may hand a lock straight to a waiter of the same

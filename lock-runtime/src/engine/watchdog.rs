@@ -731,7 +731,11 @@ mod tests {
             replicas: None,
             renewed: true,
             cap: None,
-            tracked: Tracked::new(crate::base::kind::Kind::Exclusive, &tracing::Span::none()),
+            tracked: Tracked::new(
+                crate::base::kind::Kind::Exclusive,
+                "exclusive",
+                &tracing::Span::none(),
+            ),
         }
     }
 

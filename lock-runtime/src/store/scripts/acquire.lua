@@ -59,6 +59,15 @@ local function blocked_for(ttl)
     longest = ttl
   end
 end
+-- A give-back retired this owner id (its caller gave up, see gone_key in
+-- prelude.lua): a late call, refused before it takes the lock or leaves a
+-- mark that would hold others back. Only a fresh call can be retired, and
+-- only a lock with some of its keys (its gone key among them) is asked.
+local function refused(gone, how)
+  if how == '0' and redis.call('EXISTS', gone) == 1 then
+    return {0, redis.call('PTTL', gone), 0}
+  end
+end
 -- First look at every lock and draw the tokens of the free ones, taking
 -- nothing yet: all or none.
 local owners, fences, marked = {}, {}, {}
@@ -82,14 +91,17 @@ for i = 1, n do
   if owner and owner ~= ARGV[1] then
     blocked_for(redis.call('PTTL', KEYS[i]))
     if tonumber(ARGV[3]) > 0 then
+      local no = refused(gone, how)
+      if no then
+        return no
+      end
       -- The caller waits: its release must be announced (release.lua).
       redis.call('HSET', KEYS[i], 'w', 1)
     end
   elseif not owner then
-    if not untouched and how == '0' and redis.call('EXISTS', gone) == 1 then
-      -- A give-back retired this owner id (its caller gave up): a late
-      -- call, refused (see gone_key in prelude.lua).
-      return {0, redis.call('PTTL', gone), 0}
+    local no = not untouched and refused(gone, how)
+    if no then
+      return no
     end
     if not untouched and redis.call('EXISTS', readers, marker, readers_waiting) > 0 then
       local now = now_ms()

@@ -5,7 +5,8 @@
 --
 -- Which waiter: for a fair lock, the first in line (after dropping waiters
 -- that stopped trying, see line.lua), if it is one of the offers; for a
--- plain lock, the first offer of a plain waiter. The lock is handed on only
+-- plain lock, the first offer of a plain waiter; never an owner id a
+-- give-back retired. The lock is handed on only
 -- when that waiter's own acquisition would take it at once: nobody holds or
 -- waits for its read side, its hash slot is not in the restart quarantine,
 -- and it is not kept past its release (`hold_at_least`). Waiters of other
@@ -46,6 +47,12 @@ local function offer(j)
   local at = 7 + 3 * (j - 1)
   return ARGV[at], ARGV[at + 1], ARGV[at + 2] == '1'
 end
+-- A waiter whose handoff answer was lost gives up its owner id and retires
+-- it (see gone_key in prelude.lua); this call may run after that, and must
+-- not hand the lock to an owner id nobody uses any more.
+local function retired(owner)
+  return redis.call('EXISTS', gone_key(KEYS[1], owner)) == 1
+end
 if held[1] and held[1] ~= ARGV[1] and ARGV[2] == '1' and held[6] == ARGV[1] then
   for j = 1, m do
     if offer(j) == held[1] then
@@ -60,14 +67,16 @@ if held[1] == ARGV[1] and (ARGV[2] == '1' or held[2] == '1') and ARGV[3] == '0' 
     for j = 1, m do
       local owner, _, fair = offer(j)
       if fair and owner == first then
-        chosen = j
+        if not retired(owner) then
+          chosen = j
+        end
         break
       end
     end
   elseif not held[4] or chain < tonumber(ARGV[5]) then
     for j = 1, m do
-      local _, _, fair = offer(j)
-      if not fair then
+      local owner, _, fair = offer(j)
+      if not fair and not retired(owner) then
         chosen = j
         break
       end

@@ -21,3 +21,17 @@ local function next_in_line(queue, alive)
     redis.call('ZREM', alive, first)
   end
 end
+
+-- Retires `owner` from the lock or leased set `key` for `ms` (see gone_key
+-- in prelude.lua), and takes it out of the lock's line of fair waiters
+-- (`queue`, `alive`; nil for a set without one): a fair attempt whose
+-- answer was lost may have put it in line, where it would hold up everyone
+-- behind it until its place lapsed. Returns true when it left the line.
+local function retire(key, queue, alive, owner, ms)
+  redis.call('SET', gone_key(key, owner), 1, 'PX', ms)
+  if queue and redis.call('ZREM', queue, owner) == 1 then
+    redis.call('ZREM', alive, owner)
+    return true
+  end
+  return false
+end

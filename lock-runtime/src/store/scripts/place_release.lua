@@ -14,17 +14,8 @@
 --
 -- Returns {count}: the remaining re-entry count (0: the place is free), or
 -- -1 when the caller does not hold a place (its lease ran out).
-local retire = tonumber(ARGV[3] or '0')
-local left_line = false
-if retire > 0 then
-  redis.call('SET', gone_key(KEYS[1], ARGV[1]), 1, 'PX', retire)
-  -- A reader whose answer was lost may have been put in the line of fair
-  -- waiters: it leaves (see release.lua).
-  if KEYS[4] and redis.call('ZREM', KEYS[4], ARGV[1]) == 1 then
-    redis.call('ZREM', KEYS[5], ARGV[1])
-    left_line = true
-  end
-end
+local ms = tonumber(ARGV[3] or '0')
+local left_line = ms > 0 and retire(KEYS[1], KEYS[4], KEYS[5], ARGV[1], ms)
 local score = redis.call('ZSCORE', KEYS[1], ARGV[1])
 if not score or tonumber(score) <= now_ms() then
   if left_line and redis.call('ZCARD', KEYS[4]) > 0 then

@@ -34,12 +34,27 @@ local function wait_for_turn(ttl)
   end
   return {0, ttl}
 end
+-- A give-back retired this owner id (its caller gave up, see gone_key in
+-- prelude.lua): a late call, refused before it leaves a mark that would
+-- hold writers back (take_place refuses it when nothing is in the way).
+local function refused()
+  if ARGV[4] == '0' and tonumber(ARGV[3]) > 0 then
+    local gone = gone_key(KEYS[2], ARGV[1])
+    if redis.call('EXISTS', gone) == 1 then
+      return {0, redis.call('PTTL', gone)}
+    end
+  end
+end
 local writer = redis.call('HGET', KEYS[1], 'owner')
 local how = ARGV[4]
 if how ~= '0' and not (how == 'o' and writer == ARGV[1]) and not holds_place(KEYS[2], ARGV[1]) then
   return {-4, 1}
 end
 if writer and writer ~= ARGV[1] then
+  local no = refused()
+  if no then
+    return no
+  end
   if tonumber(ARGV[3]) > 0 then
     -- The caller waits: the writer's release must be announced (release.lua).
     redis.call('HSET', KEYS[1], 'w', 1)
@@ -49,7 +64,7 @@ end
 -- Readers already in (re-entering) and the writer itself (downgrading) go
 -- on past a waiting writer, or they would wait for themselves.
 if not writer and not holds_place(KEYS[2], ARGV[1]) and redis.call('EXISTS', KEYS[5]) == 1 then
-  return wait_for_turn(redis.call('PTTL', KEYS[5]))
+  return refused() or wait_for_turn(redis.call('PTTL', KEYS[5]))
 end
 local taken = take_place(KEYS[2], KEYS[3], KEYS[4], ARGV[1], tonumber(ARGV[2]), nil, quarantine_at(ARGV, 5), how ~= 'k')
 if taken[1] == 1 then

@@ -26,20 +26,10 @@
 -- published), or -1 when the caller does not hold it (expired, or someone
 -- else's).
 local n = #KEYS / 4
-local retire = tonumber(ARGV[5] or '0')
+local ms = tonumber(ARGV[5] or '0')
 local result = {}
 for i = 1, n do
-  local left_line = false
-  if retire > 0 then
-    redis.call('SET', gone_key(KEYS[i], ARGV[1]), 1, 'PX', retire)
-    -- A fair attempt whose answer was lost may have put the owner id in
-    -- line: it leaves, or it would hold up everyone behind it until its
-    -- place lapsed.
-    if redis.call('ZREM', KEYS[2 * n + i], ARGV[1]) == 1 then
-      redis.call('ZREM', KEYS[3 * n + i], ARGV[1])
-      left_line = true
-    end
-  end
+  local left_line = ms > 0 and retire(KEYS[i], KEYS[2 * n + i], KEYS[3 * n + i], ARGV[1], ms)
   local held = redis.call('HMGET', KEYS[i], 'owner', 'count', 'fair', 'w')
   if held[1] ~= ARGV[1] then
     result[i] = -1

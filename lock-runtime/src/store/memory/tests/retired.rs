@@ -145,6 +145,135 @@ async fn a_retired_owner_id_leaves_the_line_of_fair_waiters() {
     }
 }
 
+/// The first field of a hash, or `None`.
+async fn hget(conn: &mut impl ConnectionLike, key: &str, field: &str) -> Option<String> {
+    redis::cmd("HGET")
+        .arg(key)
+        .arg(field)
+        .query_async(conn)
+        .await
+        .unwrap()
+}
+
+/// A waiter whose handoff answer was lost retires its owner id; a handoff
+/// that runs after that passes it over, for the next plain waiter or, when
+/// none is left, a plain release.
+async fn a_handoff_passes_over_retired_waiters(conn: &mut impl ConnectionLike, server: &str) {
+    for (lock, next) in [
+        ("retired:handoff", Some("next")),
+        ("retired:handoff-none", None),
+    ] {
+        let keys = keys(lock);
+        let held = call(conn, &acquire(Kind::Exclusive, lock, "holder"))
+            .await
+            .unwrap();
+        assert!(granted(&held), "{server}: {held:?}");
+        call(conn, &give_back(Kind::Exclusive, lock, "gone"))
+            .await
+            .unwrap();
+        let mut offers = vec![calls::Next {
+            owner: "gone",
+            lease: LEASE,
+            fair: false,
+        }];
+        offers.extend(next.map(|owner| calls::Next {
+            owner,
+            lease: LEASE,
+            fair: false,
+        }));
+        let handoff = calls::handoff(&keys, "holder", Giving::ALL, &offers);
+        call(conn, &handoff).await.unwrap();
+        let owner = hget(conn, &keys.lock, "owner").await;
+        assert_eq!(
+            owner.as_deref(),
+            next,
+            "{server}: the lock went to {owner:?}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_handoff_passes_over_a_retired_waiter() {
+    let mut memory = MemoryServer::new();
+    a_handoff_passes_over_retired_waiters(&mut memory, "memory").await;
+    if let Some((_real, mut conn)) = real_redis().await {
+        a_handoff_passes_over_retired_waiters(&mut conn, "redis-server").await;
+    }
+}
+
+/// A late waiting call of a retired owner id is refused before it leaves
+/// the marks a waiter leaves: a writer's on the readers, a reader's on the
+/// writer, a plain waiter's on the holder (which would hold others back or
+/// announce releases nobody waits for).
+async fn retired_waiters_leave_no_marks(conn: &mut impl ConnectionLike, server: &str) {
+    let (wait, stay) = (Duration::from_secs(3), Duration::from_secs(3));
+    // A writer waiting for a reader.
+    let lock = keys("retired:marks-writer");
+    let reader = calls::read_acquire(&lock, calls::Asker::fresh("reader"), LEASE, Duration::ZERO);
+    assert!(granted(&call(conn, &reader).await.unwrap()), "{server}");
+    call(
+        conn,
+        &give_back(Kind::Exclusive, "retired:marks-writer", "gone"),
+    )
+    .await
+    .unwrap();
+    let late = calls::acquire(
+        slice::from_ref(&lock),
+        calls::Asker::fresh("gone"),
+        LEASE,
+        wait,
+    );
+    assert!(!granted(&call(conn, &late).await.unwrap()), "{server}");
+    let marker: Option<String> = redis::cmd("GET")
+        .arg(lock.writer_waiting())
+        .query_async(conn)
+        .await
+        .unwrap();
+    assert_eq!(marker, None, "{server}: a retired writer held readers back");
+    // A plain waiter and a reader waiting for a writer.
+    let lock = keys("retired:marks-reader");
+    let writer = acquire(Kind::Exclusive, "retired:marks-reader", "writer");
+    assert!(granted(&call(conn, &writer).await.unwrap()), "{server}");
+    call(
+        conn,
+        &give_back(Kind::Exclusive, "retired:marks-reader", "gone"),
+    )
+    .await
+    .unwrap();
+    call(conn, &give_back(Kind::Read, "retired:marks-reader", "gone"))
+        .await
+        .unwrap();
+    let late = calls::acquire(
+        slice::from_ref(&lock),
+        calls::Asker::fresh("gone"),
+        LEASE,
+        wait,
+    );
+    assert!(!granted(&call(conn, &late).await.unwrap()), "{server}");
+    let late = calls::read_acquire(&lock, calls::Asker::fresh("gone"), LEASE, stay);
+    assert!(!granted(&call(conn, &late).await.unwrap()), "{server}");
+    assert_eq!(
+        hget(conn, &lock.lock, "w").await,
+        None,
+        "{server}: a retired waiter marked the holder"
+    );
+    let marker: Option<String> = redis::cmd("GET")
+        .arg(lock.readers_waiting())
+        .query_async(conn)
+        .await
+        .unwrap();
+    assert_eq!(marker, None, "{server}: a retired reader held writers back");
+}
+
+#[tokio::test]
+async fn a_retired_waiter_leaves_no_marks() {
+    let mut memory = MemoryServer::new();
+    retired_waiters_leave_no_marks(&mut memory, "memory").await;
+    if let Some((_real, mut conn)) = real_redis().await {
+        retired_waiters_leave_no_marks(&mut conn, "redis-server").await;
+    }
+}
+
 #[tokio::test]
 async fn the_retirement_lapses() {
     let mut memory = MemoryServer::new();
