@@ -13,44 +13,59 @@
 //! `_bucket` lines left out; timings vary):
 //!
 //! ```text
-//! # HELP lock_runtime_acquired_total Locks taken, re-entries included
-//! # TYPE lock_runtime_acquired_total counter
-//! lock_runtime_acquired_total{kind="exclusive"} 6
-//! # HELP lock_runtime_lost_total Held locks found lost (deleted, taken over, or not renewed in time)
-//! # TYPE lock_runtime_lost_total counter
-//! lock_runtime_lost_total{kind="exclusive",reason="not_held"} 1
-//! # HELP lock_runtime_errors_total Errors taking, releasing or renewing locks, other than timeouts and losses
-//! # TYPE lock_runtime_errors_total counter
-//! lock_runtime_errors_total{kind="exclusive",operation="acquire",error="wrong_type"} 1
 //! # HELP lock_runtime_timeouts_total Lock acquisitions that gave up after waiting their whole wait
 //! # TYPE lock_runtime_timeouts_total counter
 //! lock_runtime_timeouts_total{kind="exclusive",cause="held"} 1
+//! # HELP lock_runtime_errors_total Errors taking, releasing or renewing locks, other than timeouts and losses
+//! # TYPE lock_runtime_errors_total counter
+//! lock_runtime_errors_total{kind="exclusive",operation="acquire",error="wrong_type"} 1
+//! # HELP lock_runtime_lost_total Held locks found lost (deleted, taken over, or not renewed in time)
+//! # TYPE lock_runtime_lost_total counter
+//! lock_runtime_lost_total{kind="exclusive",reason="not_held"} 1
+//! # HELP lock_runtime_acquired_total Locks taken, re-entries included
+//! # TYPE lock_runtime_acquired_total counter
+//! lock_runtime_acquired_total{kind="exclusive"} 6
 //! # HELP lock_runtime_released_total Locks released while held
 //! # TYPE lock_runtime_released_total counter
 //! lock_runtime_released_total{kind="exclusive"} 5
+//! # HELP lock_runtime_subscriber_connected Lock clients whose release messages arrive
+//! # TYPE lock_runtime_subscriber_connected gauge
+//! lock_runtime_subscriber_connected 2
 //! # HELP lock_runtime_locks_held Locks held by this process
 //! # TYPE lock_runtime_locks_held gauge
 //! lock_runtime_locks_held{kind="exclusive"} 0
+//! # HELP lock_runtime_waiters Acquisitions of this process waiting for a lock
+//! # TYPE lock_runtime_waiters gauge
+//! lock_runtime_waiters{kind="exclusive"} 0
+//! # HELP lock_runtime_restart_quarantined Lock clients held back by a server's restart quarantine
+//! # TYPE lock_runtime_restart_quarantined gauge
+//! lock_runtime_restart_quarantined 0
+//! # HELP lock_runtime_clients Lock clients open in this process
+//! # TYPE lock_runtime_clients gauge
+//! lock_runtime_clients 2
+//! # HELP lock_runtime_watchdog_lag_seconds How late the lock watchdog runs
+//! # TYPE lock_runtime_watchdog_lag_seconds gauge
+//! lock_runtime_watchdog_lag_seconds 0
 //! # HELP lock_runtime_renewal_round_trip_seconds Round trip of one watchdog renewal call (many locks at once)
 //! # TYPE lock_runtime_renewal_round_trip_seconds histogram
-//! lock_runtime_renewal_round_trip_seconds_sum{outcome="ok"} 0.003022901
+//! lock_runtime_renewal_round_trip_seconds_sum{outcome="ok"} 0.005352014999999999
 //! lock_runtime_renewal_round_trip_seconds_count{outcome="ok"} 4
 //! # HELP lock_runtime_wait_seconds Time taken to take a lock
 //! # TYPE lock_runtime_wait_seconds histogram
-//! lock_runtime_wait_seconds_sum{kind="exclusive",outcome="timed_out"} 0.1021096
+//! lock_runtime_wait_seconds_sum{kind="exclusive",outcome="timed_out"} 0.101830165
 //! lock_runtime_wait_seconds_count{kind="exclusive",outcome="timed_out"} 1
-//! lock_runtime_wait_seconds_sum{kind="exclusive",outcome="error"} 0.000328342
-//! lock_runtime_wait_seconds_count{kind="exclusive",outcome="error"} 1
-//! lock_runtime_wait_seconds_sum{kind="exclusive",outcome="acquired"} 0.441907991
+//! lock_runtime_wait_seconds_sum{kind="exclusive",outcome="acquired"} 0.484356083
 //! lock_runtime_wait_seconds_count{kind="exclusive",outcome="acquired"} 6
+//! lock_runtime_wait_seconds_sum{kind="exclusive",outcome="error"} 0.000598723
+//! lock_runtime_wait_seconds_count{kind="exclusive",outcome="error"} 1
 //! # HELP lock_runtime_hold_seconds Time a lock was held
 //! # TYPE lock_runtime_hold_seconds histogram
-//! lock_runtime_hold_seconds_sum{kind="exclusive",outcome="released"} 0.47147936299999993
-//! lock_runtime_hold_seconds_count{kind="exclusive",outcome="released"} 5
-//! lock_runtime_hold_seconds_sum{kind="exclusive",outcome="lost"} 0.101998194
+//! lock_runtime_hold_seconds_sum{kind="exclusive",outcome="lost"} 0.102612893
 //! lock_runtime_hold_seconds_count{kind="exclusive",outcome="lost"} 1
+//! lock_runtime_hold_seconds_sum{kind="exclusive",outcome="released"} 0.47504943099999997
+//! lock_runtime_hold_seconds_count{kind="exclusive",outcome="released"} 5
 //! (90 _bucket lines omitted)
-//! all 9 lock metrics present
+//! all 14 lock metrics present
 //! ```
 
 use std::io::{Read, Write};

@@ -280,6 +280,10 @@ impl ClientGauges {
     fn new() -> ClientGauges {
         describe_once();
         add(CLIENTS, &[], 1.0);
+        // Every gauge has a series from the start, at zero until it counts
+        // something: a dashboard or an alert then reads 0, not "no data".
+        add(SUBSCRIBER_CONNECTED, &[], 0.0);
+        add(RESTART_QUARANTINED, &[], 0.0);
         ClientGauges {
             connected: false,
             quarantined: false,
