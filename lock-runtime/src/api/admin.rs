@@ -689,8 +689,12 @@ fn strip_companion(key: &str) -> &str {
 
 /// Whether `key` is a fencing counter, `PREFIXfence:{DIGITS}` (keys.rs), or
 /// one of its marks: of a counter created during a restart quarantine
-/// (`…:born`), or of the uptime after a save (`…:up`, both fence.lua).
+/// (`…:born`), or of the uptime after a save (`…:up`, or the server's
+/// `PREFIXfence:up`, all fence.lua).
 fn is_fence_counter(prefix: &str, key: &str) -> bool {
+    if key.strip_prefix(prefix) == Some("fence:up") {
+        return true;
+    }
     let key = key
         .strip_suffix(":born")
         .or_else(|| key.strip_suffix(":up"))
@@ -960,6 +964,7 @@ mod tests {
             assert!(is_fence_counter("lock:", &keys.fence));
             assert!(is_fence_counter("lock:", &format!("{}:born", keys.fence)));
             assert!(is_fence_counter("lock:", &format!("{}:up", keys.fence)));
+            assert!(is_fence_counter("lock:", "lock:fence:up"));
             assert!(!is_fence_counter("lock:", &keys.lock));
         }
         // A name ending like a companion is a lock of its own.

@@ -21,8 +21,9 @@
 //! * `lock:fence:{T}`: the fencing counter shared by every lock in the same
 //!   Redis Cluster hash slot, where `T` is a short tag chosen to hash to that slot;
 //!   and, for at most a restart quarantine after a counter was created on a
-//!   server that had just started, `lock:fence:{T}:born`, and after a save,
-//!   `lock:fence:{T}:up`, which vouches for the server's uptime (see fence.lua).
+//!   server that had just started, `lock:fence:{T}:born`; and after a save,
+//!   `lock:fence:up` (on a Cluster, `lock:fence:{T}:up` per slot), which
+//!   vouches for the server's uptime (see fence.lua).
 //!
 //! # Names with braces
 //!
@@ -423,6 +424,7 @@ mod tests {
             keys.fence.to_string(),
             format!("{}:born", keys.fence),
             format!("{}:up", keys.fence),
+            "lock:fence:up".into(),
             LockKeys::new("lock:", "x").holders(),
             "lock:order:42".into(),
             "other:{x}".into(),

@@ -67,8 +67,20 @@ end
 -- (a call may take many locks), and at once for every slot: uptime is the
 -- server's.
 --
+-- The mark is the server's, `PREFIXfence:up` (up_key): after a save, one
+-- call reads INFO and every lock of the server goes on without. On a
+-- Cluster, where a script may use only keys of its own slot, it is the
+-- slot's, `PREFIXfence:{T}:up`: one INFO per slot used after each save.
+--
 -- A server that refuses LASTSAVE (an ACL without it) or reports no save
 -- time says nothing either: INFO decides.
+local function up_key(counter)
+  if PUBLISH == 'SPUBLISH' then
+    return counter .. ':up'
+  end
+  return string.match(counter, '^(.*fence:){') .. 'up'
+end
+
 local settled, last_save = nil, nil
 local function up_for_at_least(ms, now, counter)
   if settled == nil then
@@ -79,7 +91,7 @@ local function up_for_at_least(ms, now, counter)
       settled = true
     else
       last_save = last
-      local mark = redis.call('GET', counter .. ':up')
+      local mark = redis.call('GET', up_key(counter))
       local saw, length = string.match(mark or '', '^(%d+):(%d+)$')
       settled = tonumber(saw) == last and tonumber(length) >= ms
     end
@@ -87,13 +99,13 @@ local function up_for_at_least(ms, now, counter)
   return settled
 end
 
--- Leaves the `:up` mark of `counter`'s slot (see up_for_at_least): the
+-- Leaves the `:up` mark of the server or `counter`'s slot (see up_for_at_least): the
 -- server read as up for at least `ms` at `now`, with LASTSAVE reading as
 -- before. Not within LASTSAVE's own second: a restart in that second would
 -- read the same LASTSAVE and find the mark in the snapshot it loaded.
 local function mark_up(counter, ms, now)
   if last_save and now >= (last_save + 1) * 1000 then
-    redis.call('SET', counter .. ':up', string.format('%d:%d', last_save, ms))
+    redis.call('SET', up_key(counter), string.format('%d:%d', last_save, ms))
   end
 end
 
