@@ -10,7 +10,7 @@
 //! cargo run --release -p lock-bench -- --scenario NAME   # one scenario (repeatable), writes nothing
 //! ```
 //!
-//! Scenarios: `uncontended`, `throughput`, `contention`, `rw`, `handoff`,
+//! Scenarios: `uncontended`, `remote`, `throughput`, `contention`, `rw`, `handoff`,
 //! `renewal`, `attribute`. `--write` writes the report after a partial or
 //! quick run too, `--no-write` never writes, `--out DIR` writes into `DIR`
 //! instead of the repository root.
@@ -37,8 +37,9 @@ use crate::scenarios::{Ctx, DEFAULT_SAVE};
 #[global_allocator]
 static ALLOC: measure::CountingAlloc = measure::CountingAlloc;
 
-const SCENARIOS: [&str; 7] = [
+const SCENARIOS: [&str; 8] = [
     "uncontended",
+    "remote",
     "throughput",
     "contention",
     "rw",
@@ -56,7 +57,7 @@ struct Options {
 }
 
 const USAGE: &str = "usage: cargo run --release -p lock-bench [-- [--quick] [--scenario NAME]... [--write | --no-write] [--out DIR]]
-scenarios: uncontended, throughput, contention, rw, handoff, renewal, attribute";
+scenarios: uncontended, remote, throughput, contention, rw, handoff, renewal, attribute";
 
 fn parse_args() -> Result<Options, String> {
     let mut options = Options {
@@ -210,6 +211,16 @@ async fn run(options: Options) -> Result<bool, BenchError> {
         println!("{text}({})", report::dur(t.elapsed()));
         sections.push(("Uncontended: lock + unlock latency", text));
         results.uncontended = Some(u);
+    }
+    if wanted(&options, "remote") {
+        let t = announce("remote");
+        let mut r = scenarios::remote::run(&ctx).await?;
+        let text = report::remote(&mut r, &mut targets);
+        println!("{text}({})", report::dur(t.elapsed()));
+        sections.push((
+            "Uncontended over a network: lock + unlock through a delaying proxy",
+            text,
+        ));
     }
     if wanted(&options, "throughput") {
         let t = announce("throughput");

@@ -8,6 +8,7 @@ use crate::measure::{median, range, segment_ratios, us};
 use crate::scenarios::attribute::Attribute;
 use crate::scenarios::contention::Contention;
 use crate::scenarios::handoff::Handoff;
+use crate::scenarios::remote::Remote;
 use crate::scenarios::renewal::Renewal;
 use crate::scenarios::rw::{self, Mode, Rw};
 use crate::scenarios::throughput::{self, Throughput};
@@ -171,6 +172,50 @@ fn cpu_cells(server: (f64, f64), client: (f64, f64), is_hand: bool) -> (String, 
 }
 
 /// The uncontended section, and its targets.
+/// The remote scenario's section and target.
+pub fn remote(r: &mut Remote, targets: &mut Vec<Target>) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "As the uncontended scenario, with every contender connected through the testkit's \
+         proxy, which holds each chunk back by {} in each direction (to within tens of \
+         microseconds; the proxy's own relaying adds to it), as a Redis on another host would. \
+         One PING round trip through the proxy in the same run: p50 {}, p99 {}. {} rounds of \
+         one block of {} pairs per contender, in rotating order.\n",
+        dur(crate::scenarios::remote::ADDED),
+        dur(r.rtt.p50()),
+        dur(r.rtt.p99()),
+        r.rounds,
+        r.per_round,
+    );
+    let hand_p50 = us(r.rows[1].1.p50());
+    let rows: Vec<Vec<String>> = r
+        .rows
+        .iter_mut()
+        .map(|(name, samples)| {
+            vec![
+                (*name).to_owned(),
+                dur(samples.p50()),
+                dur(samples.p99()),
+                ratio(us(samples.p50()) / hand_p50),
+            ]
+        })
+        .collect();
+    table(
+        &mut out,
+        &["lock + unlock", "p50", "p99", "p50 vs hand-written"],
+        &rows,
+    );
+    let ours = us(r.rows[0].1.p50()) / hand_p50;
+    targets.push(Target {
+        scenario: "Uncontended, network",
+        goal: "p50 ≤ 1.05 × hand-written, ≥ 250 µs added each way",
+        measured: format!("{} (PING {})", ratio(ours), dur(r.rtt.p50())),
+        met: ours <= 1.05,
+    });
+    out
+}
+
 pub fn uncontended(u: &mut Uncontended, targets: &mut Vec<Target>) -> String {
     let mut out = String::new();
     let pairs = (u.rounds * u.per_round) as u64;

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::{builder, connect, lock_key, ok, within};
-use lock_runtime::{LockClient, LockRequest};
+use lock_runtime::{LockClient, LockError, LockRequest};
 use lock_testkit::{RedisServer, unique_key};
 
 /// Long enough that a lock left behind would outlast every bound below.
@@ -116,6 +116,47 @@ async fn a_try_lock_that_timed_out_on_a_stall_does_not_keep_the_lock() {
         free_for_another(&server, &name),
     )
     .await;
+}
+
+/// An upgrade shares its owner id with the read side it upgrades: when its
+/// release fails in a stall, sending it again later could free the write
+/// side that the same critical section took again meanwhile. It is not
+/// sent again: the write side taken again stays held.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_release_of_an_upgrade_does_not_free_the_write_side_taken_again() {
+    let server = Arc::new(RedisServer::start());
+    let locks = impatient(&server, Duration::from_millis(40)).await;
+    warm_up(&server, &locks).await;
+    let name = unique_key("cut-upgrade");
+    let reading = ok(&server, locks.read_lock(name.as_str()).acquire().await);
+    let held = reading
+        .scope(async {
+            let writing = locks.write_lock(name.as_str()).acquire().await?;
+            let resume = stall(&server, Duration::from_millis(400));
+            let released = writing.release().await;
+            assert!(released.is_err(), "Redis is stalled: {released:?}");
+            resume.await.expect("resumed");
+            let again = locks.write_lock(name.as_str()).acquire().await?;
+            let owner = || server.cli(&["HGET", &lock_key(&name), "owner"]);
+            let taken_by = owner();
+            // Longer than the pauses between the tries of a give-back sent
+            // again (40 ms, doubling) that is still going when Redis resumes.
+            tokio::time::sleep(Duration::from_millis(1500)).await;
+            let still = owner();
+            again.release().await?;
+            Ok::<_, LockError>((taken_by, still))
+        })
+        .await;
+    let (taken_by, still) = ok(&server, ok(&server, held));
+    assert!(
+        !taken_by.trim().is_empty(),
+        "the write side was taken again"
+    );
+    assert_eq!(
+        still, taken_by,
+        "the write side taken again was freed behind its holder"
+    );
+    ok(&server, reading.release().await);
 }
 
 /// A kind of lock, by the request for a name it makes.

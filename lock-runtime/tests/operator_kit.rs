@@ -167,7 +167,7 @@ static METRICS: [Metric; 14] = [
         ty: Type::Gauge,
         labels: &[],
     },
-    // `ClientGauges::report`, the latest reading of any client.
+    // `ClientGauges::report` through `show_lag`: the largest of the clients' last readings.
     Metric {
         name: metric_names::WATCHDOG_LAG_SECONDS,
         ty: Type::Gauge,

@@ -21,7 +21,7 @@ const CHUNK: usize = 16 * 1024;
 #[derive(Debug)]
 struct Control {
     /// Delay applied to every chunk read from now on, in milliseconds.
-    delay_ms: AtomicU64,
+    delay_us: AtomicU64,
     /// Whether new connections are closed at once.
     refuse: AtomicBool,
     /// Bumped by [`Proxy::cut`]: every relay alive then closes.
@@ -128,7 +128,7 @@ impl Proxy {
     pub async fn start(upstream: u16) -> io::Result<Proxy> {
         let listener = TcpListener::bind((std::net::Ipv4Addr::LOCALHOST, 0)).await?;
         let control = Arc::new(Control {
-            delay_ms: AtomicU64::new(0),
+            delay_us: AtomicU64::new(0),
             refuse: AtomicBool::new(false),
             cut: watch::Sender::new(0),
             blackhole: watch::Sender::new(false),
@@ -157,10 +157,11 @@ impl Proxy {
 
     /// Holds every chunk read from now on back by `delay`, in each
     /// direction; chunks keep their order. `Duration::ZERO` ends the delay
-    /// for chunks read from then on.
+    /// for chunks read from then on. Held to within tens of microseconds
+    /// (see `wait_until`).
     pub fn set_delay(&self, delay: Duration) {
-        let ms = u64::try_from(delay.as_millis()).unwrap_or(u64::MAX);
-        self.control.delay_ms.store(ms, Ordering::SeqCst);
+        let us = u64::try_from(delay.as_micros()).unwrap_or(u64::MAX);
+        self.control.delay_us.store(us, Ordering::SeqCst);
     }
 
     /// Closes every proxied connection now, on both sides (including those
@@ -265,6 +266,21 @@ async fn connected(client: TcpStream, upstream: u16, control: &Control, born: u6
     }
 }
 
+/// Waits until `due`, to within the kernel's timer slack rather than
+/// Tokio's millisecond tick: the last millisecond is slept on a blocking
+/// thread, so that a delay below a millisecond (a network within a region)
+/// is held for what it says.
+async fn wait_until(due: Instant) {
+    const TICK: Duration = Duration::from_millis(1);
+    if due.saturating_duration_since(Instant::now()) > 2 * TICK {
+        tokio::time::sleep_until(due - TICK).await;
+    }
+    let left = due.saturating_duration_since(Instant::now());
+    if !left.is_zero() {
+        let _ = tokio::task::spawn_blocking(move || std::thread::sleep(left)).await;
+    }
+}
+
 /// Copies one direction, holding each chunk back by the delay in force when
 /// it was read, and holding everything while a black hole is on (and for
 /// good once the connection is stranded). Chunks keep their order.
@@ -278,7 +294,7 @@ async fn pump(mut from: OwnedReadHalf, mut to: OwnedWriteHalf, control: &Control
             let read = from.read(&mut buf).await;
             // What was read (or the end) waits for the black hole too.
             control.passable(born).await;
-            let delay = Duration::from_millis(control.delay_ms.load(Ordering::SeqCst));
+            let delay = Duration::from_micros(control.delay_us.load(Ordering::SeqCst));
             let chunk = match read {
                 Ok(0) | Err(_) => None,
                 Ok(n) => Some(buf[..n].to_vec()),
@@ -291,7 +307,7 @@ async fn pump(mut from: OwnedReadHalf, mut to: OwnedWriteHalf, control: &Control
     };
     let writing = async move {
         while let Some((due, chunk)) = queued.recv().await {
-            tokio::time::sleep_until(due).await;
+            wait_until(due).await;
             control.passable(born).await;
             let Some(chunk) = chunk else { break };
             if to.write_all(&chunk).await.is_err() {

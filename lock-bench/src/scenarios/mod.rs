@@ -3,6 +3,7 @@
 pub mod attribute;
 pub mod contention;
 pub mod handoff;
+pub mod remote;
 pub mod renewal;
 pub mod rw;
 pub mod throughput;

@@ -84,6 +84,12 @@ impl Inner {
         self.shutdown.cancel();
     }
 
+    /// Cancelled once the client stops: shut down, or dropped. Background
+    /// work of the client (give-backs sent again) ends then.
+    pub(crate) fn stopped(&self) -> CancellationToken {
+        self.shutdown.clone()
+    }
+
     /// The client is shut down: acquisitions fail.
     pub(crate) fn check_open(&self) -> Result<(), LockError> {
         if self.closed.load(Ordering::Acquire) {

@@ -510,7 +510,8 @@ async fn end(
 /// sent again in the background until Redis answers it (see
 /// [`Backend::retire`]), so that a stall does not leave them taken by
 /// nobody for their lease. Their owner id is done with them, so retiring
-/// it refuses nothing anyone will ask for.
+/// it refuses nothing anyone will ask for, unless it still holds the other
+/// side of a read-write lock: then nothing is sent again.
 ///
 /// [`Backend::retire`]: crate::engine::backend::Backend::retire
 fn give_back_later(
@@ -526,7 +527,25 @@ fn give_back_later(
         return;
     }
     let inner = &client.inner;
-    let (backend, closing) = (inner.backend.clone(), inner.closing.clone());
+    // An upgrade or a downgrade shares its owner id with the other side of
+    // the read-write lock, held by an enclosing scope that may take this
+    // side again meanwhile (asking for the other side, which no retirement
+    // refuses): a give-back sent late could free that. The lock is then
+    // left to its lease, as before.
+    let other_side = held.iter().any(|held| {
+        [Stored::Hash, Stored::for_kind(Kind::Read, &held.keys)]
+            .iter()
+            .any(|stored| {
+                inner
+                    .registry
+                    .renewed(&held.keys, stored, &held.owner)
+                    .is_some()
+            })
+    });
+    if other_side {
+        return;
+    }
+    let (backend, closing) = (inner.backend.clone(), inner.stopped());
     let again_after = inner.config.command_timeout;
     let keys: Vec<LockKeys> = held.iter().map(|held| held.keys.clone()).collect();
     let (label, owner, stored) = (label(held), held[0].owner.clone(), held[0].stored.clone());
@@ -690,7 +709,7 @@ async fn hand_on(
     if !gone.is_empty()
         && let Ok(runtime) = tokio::runtime::Handle::try_current()
     {
-        let (backend, closing) = (inner.backend.clone(), inner.closing.clone());
+        let (backend, closing) = (inner.backend.clone(), inner.stopped());
         let (label, lock) = (label.to_owned(), lock.clone());
         let again_after = inner.config.command_timeout;
         runtime.spawn(async move {

@@ -907,7 +907,7 @@ impl LockRequest {
         let backend = inner.backend.clone();
         let (label, keys) = (self.label.clone(), keys.to_vec());
         let kind = self.kind;
-        let closing = inner.closing.clone();
+        let closing = inner.stopped();
         let again_after = inner.config.command_timeout
             + inner
                 .config

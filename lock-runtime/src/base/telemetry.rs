@@ -113,8 +113,8 @@ pub mod metric_names {
     /// last acquisition that met it was told it is not over).
     pub const RESTART_QUARANTINED: &str = "lock_runtime_restart_quarantined";
     /// Gauge, seconds: how late the watchdog runs (see
-    /// [`Health::watchdog_lag`](crate::Health::watchdog_lag)), as the
-    /// latest reading of any client of the process; renewals are that late.
+    /// [`Health::watchdog_lag`](crate::Health::watchdog_lag)): the largest
+    /// of the process's clients' last readings; renewals are that late.
     pub const WATCHDOG_LAG_SECONDS: &str = "lock_runtime_watchdog_lag_seconds";
 
     /// Every name above.
@@ -272,8 +272,29 @@ impl Drop for Waiter {
 /// client adds its own, so that they count the process's clients), and its
 /// reading of [`WATCHDOG_LAG_SECONDS`]. Dropped, it takes its share back.
 struct ClientGauges {
+    /// Its place in [`LAGS`].
+    id: u64,
     connected: bool,
     quarantined: bool,
+}
+
+/// Each live client's last watchdog lag, in seconds, by [`ClientGauges`]'
+/// id: the gauge shows the largest, the one an alert is about.
+static LAGS: std::sync::Mutex<Vec<(u64, f64)>> = std::sync::Mutex::new(Vec::new());
+
+/// Records `lag` as client `id`'s (`None`: it is gone) and shows the
+/// largest lag of the live clients.
+fn show_lag(id: u64, lag: Option<f64>) {
+    let mut lags = LAGS.lock().unwrap_or_else(|e| e.into_inner());
+    lags.retain(|(client, _)| *client != id);
+    if let Some(lag) = lag {
+        lags.push((id, lag));
+    }
+    let largest = lags.iter().map(|(_, lag)| *lag).fold(0.0, f64::max);
+    #[cfg(feature = "metrics")]
+    metrics::gauge!(WATCHDOG_LAG_SECONDS).set(largest);
+    #[cfg(not(feature = "metrics"))]
+    let _ = largest;
 }
 
 impl ClientGauges {
@@ -284,7 +305,9 @@ impl ClientGauges {
         // something: a dashboard or an alert then reads 0, not "no data".
         add(SUBSCRIBER_CONNECTED, &[], 0.0);
         add(RESTART_QUARANTINED, &[], 0.0);
+        static IDS: AtomicU64 = AtomicU64::new(0);
         ClientGauges {
+            id: IDS.fetch_add(1, Ordering::Relaxed),
             connected: false,
             quarantined: false,
         }
@@ -305,10 +328,7 @@ impl ClientGauges {
             );
         }
         (self.connected, self.quarantined) = (connected, quarantined);
-        #[cfg(feature = "metrics")]
-        metrics::gauge!(WATCHDOG_LAG_SECONDS).set(lag.as_secs_f64());
-        #[cfg(not(feature = "metrics"))]
-        let _ = lag;
+        show_lag(self.id, Some(lag.as_secs_f64()));
     }
 }
 
@@ -348,6 +368,7 @@ pub(crate) async fn report_health(
 impl Drop for ClientGauges {
     fn drop(&mut self) {
         self.report(false, false, Duration::ZERO);
+        show_lag(self.id, None);
         add(CLIENTS, &[], -1.0);
     }
 }
@@ -764,23 +785,31 @@ mod tests {
             let mut first = ClientGauges::new();
             let mut second = ClientGauges::new();
             let mut gauges = Gauges::default();
-            first.report(true, false, Duration::from_millis(20));
-            second.report(false, true, Duration::from_millis(700));
+            // Lags far above any other client's in this process (the
+            // gauge shows the largest of all).
+            first.report(true, false, Duration::from_secs(20));
+            second.report(false, true, Duration::from_secs(70));
             let now = gauges.read(&recorder);
             assert_eq!(now.value(CLIENTS), 2.0);
             assert_eq!(now.value(SUBSCRIBER_CONNECTED), 1.0);
             assert_eq!(now.value(RESTART_QUARANTINED), 1.0);
-            assert_eq!(now.value(WATCHDOG_LAG_SECONDS), 0.7);
+            assert_eq!(now.value(WATCHDOG_LAG_SECONDS), 70.0, "the larger lag");
             // Reported again unchanged: counted once.
-            second.report(false, true, Duration::from_millis(700));
-            // The second one's subscriber comes back and its quarantine ends.
+            second.report(false, true, Duration::from_secs(70));
+            // The second one's subscriber comes back, its quarantine ends,
+            // and its watchdog keeps time again.
             second.report(true, false, Duration::ZERO);
             let now = gauges.read(&recorder);
             assert_eq!(now.value(SUBSCRIBER_CONNECTED), 2.0);
             assert_eq!(now.value(RESTART_QUARANTINED), 0.0);
+            assert_eq!(now.value(WATCHDOG_LAG_SECONDS), 20.0, "the other one's");
             drop(first);
             let now = gauges.read(&recorder);
             assert_eq!(now.value(CLIENTS), 1.0);
+            assert!(
+                now.value(WATCHDOG_LAG_SECONDS) < 20.0,
+                "the dropped one's lag is gone"
+            );
             assert_eq!(now.value(SUBSCRIBER_CONNECTED), 1.0);
             drop(second);
             let now = gauges.read(&recorder);

@@ -202,6 +202,17 @@ pub(crate) const GIVE_BACK_FOR: Duration = Duration::from_secs(600);
 /// The longest pause between two tries of such a give-back.
 const GIVE_BACK_PAUSE_AT_MOST: Duration = Duration::from_secs(5);
 
+/// A duration between zero and `most`, different from call to call (the
+/// clock's nanoseconds): enough to spread retries apart, no randomness
+/// that anything depends on.
+fn jitter(most: Duration) -> Duration {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |now| u64::from(now.subsec_nanos()));
+    let most = u64::try_from(most.as_nanos()).unwrap_or(u64::MAX).max(1);
+    Duration::from_nanos(nanos % most)
+}
+
 impl Backend {
     pub(crate) fn new(topology: Topology) -> Backend {
         Backend {
@@ -288,8 +299,10 @@ impl Backend {
     /// refuse `owner` (see `gone_key` in `prelude.lua`), and is sent again
     /// until Redis answers it (every level of an owner id nobody uses is
     /// safe to give back any number of times): first after `again_after`,
-    /// then ever less often, for [`GIVE_BACK_FOR`] at most. It stops early
-    /// when `closing` is cancelled: the client is shut down.
+    /// then ever less often (with a little jitter, so that the give-backs
+    /// of many calls cut short by one outage do not all arrive at once),
+    /// for [`GIVE_BACK_FOR`] at most. It stops early when `closing` is
+    /// cancelled: the client stopped.
     ///
     /// A lock its holder asked to keep taken until `keep_until` (see
     /// `LockRequest::lock_at_least`) is kept until then.
@@ -321,7 +334,7 @@ impl Backend {
                 Err(err) => {
                     tracing::debug!(key = %name, error = %Chain(&err), "giving back a lock whose grant went unanswered failed; trying again");
                     tokio::select! {
-                        () = tokio::time::sleep(pause) => {}
+                        () = tokio::time::sleep(pause + jitter(pause / 4)) => {}
                         () = closing.cancelled() => return None,
                     }
                     pause = (pause * 2).min(GIVE_BACK_PAUSE_AT_MOST);

@@ -78,7 +78,8 @@ local function up_key(counter)
   if PUBLISH == 'SPUBLISH' then
     return counter .. ':up'
   end
-  return string.match(counter, '^(.*fence:){') .. 'up'
+  local prefix = string.match(counter, '^(.*fence:){')
+  return prefix and prefix .. 'up' or counter .. ':up'
 end
 
 local settled, last_save = nil, nil
