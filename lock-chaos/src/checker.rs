@@ -74,7 +74,7 @@ pub fn removal_notice_us(lease_us: i64) -> i64 {
 }
 
 /// A lock that nobody holds must not stay taken longer than this part of
-/// the lease after a release dropped midway or a try-lock that gave up.
+/// the lease after a release dropped midway or failed, or a try-lock that gave up.
 pub fn stuck_limit_us(lease_us: i64) -> i64 {
     lease_us / 2
 }
@@ -848,7 +848,7 @@ impl Figures {
                 self.hung_acquires,
             ),
             (
-                "locks taken by nobody for over half the lease (after a dropped release or a failed try-lock)",
+                "locks taken by nobody for over half the lease (after a release dropped or failed, or a failed try-lock)",
                 self.stuck_locks,
             ),
         ]

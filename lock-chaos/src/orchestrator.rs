@@ -1391,15 +1391,19 @@ impl Run {
         };
         let mut detail = format!("worker {id}, k{key}, timeout {after} ms, {how}: ");
         match outcome {
-            Some(outcome) => {
+            Some(outcome @ (ReleaseOutcome::Ok | ReleaseOutcome::Lost)) => {
                 let said = match outcome {
                     ReleaseOutcome::Ok => "ok",
-                    ReleaseOutcome::Lost => "lost",
-                    ReleaseOutcome::Error => "an error",
+                    _ => "lost",
                 };
                 detail += &format!("the release returned {said} in time");
             }
-            None => {
+            // A release that failed (Redis stalled past the command
+            // timeout) may not have run: the client sends it again, and
+            // the lock must be free soon after the stall, as after a
+            // release dropped midway.
+            Some(ReleaseOutcome::Error) | None => {
+                let failed = outcome.is_some();
                 let free_from = self.open_from(stall_end.map_or(at, |end| end.max(at)));
                 self.stuck_checks.push(StuckCheck {
                     key,
@@ -1409,7 +1413,12 @@ impl Run {
                 });
                 let again = self.probe(key, at).await;
                 detail += &format!(
-                    "dropped; taken again {}",
+                    "{}; taken again {}",
+                    if failed {
+                        "returned an error"
+                    } else {
+                        "dropped"
+                    },
                     again.map_or("not within two leases".to_owned(), |t| format!(
                         "{} ms after it should have been free",
                         (t - free_from).max(0) / 1000

@@ -165,7 +165,8 @@ pub enum ReleaseOutcome {
     Ok,
     /// `LockError::Lost`.
     Lost,
-    /// Any other error (Redis unreachable: the lease runs out instead).
+    /// Any other error (Redis unreachable: the client sends the release
+    /// again until Redis answers).
     Error,
 }
 

@@ -610,7 +610,7 @@ fn removal_rows(w: &mut String, figures: &Figures) {
     let stuck: Vec<i64> = figures.stuck.iter().map(|s| s.stuck_us).collect();
     row(
         w,
-        "time a lock stayed taken by nobody after a dropped release or a failed try-lock (min / p50 / p99 / max)",
+        "time a lock stayed taken by nobody after a release dropped or failed, or a failed try-lock (min / p50 / p99 / max)",
         spread(&Spread::of(stuck)),
     );
 }
@@ -831,7 +831,7 @@ fn stuck_locks(w: &mut String, history: &History, figures: &Figures, t0: i64) {
             "- k{}: {} at {}, free for others from {}; {} (taken by nobody for {}); faults around: {}",
             s.check.key,
             match s.check.what {
-                FaultKind::ReleaseCut => "a release dropped midway",
+                FaultKind::ReleaseCut => "a release dropped midway or failed",
                 _ => "a try-lock that gave up",
             },
             ms(s.check.gave_up - t0),
@@ -1156,8 +1156,8 @@ section of a worker tells the orchestrator its lock, waits 40–150 ms, then re-
 same request (same kind, same names) inside `guard.scope`, as a `#[distributed_lock]` function \
 called in the body does, held 5 ms and released. For `release-cut`, a worker's next release runs \
 under a short `tokio::time::timeout`; for `trylock-stall`, a worker makes a try-lock (a new owner, \
-in a task of its own). A release dropped midway or a try-lock that failed or was dropped is \
-followed by a **probe**: the operator's client (not the worker's) takes the lock (waiting up to two \
+in a task of its own). A release dropped midway or that returned an error, or a try-lock that \
+failed or was dropped, is followed by a **probe**: the operator's client (not the worker's) takes the lock (waiting up to two \
 leases), so that someone wants it while the lock is watched.
 
 - **Unwarned interval** of a holder: from when `acquire()` returned the guard to the \
@@ -1182,8 +1182,8 @@ granted after the removal (the runtime asked Redis and took the lock again, so t
 on believing it had held it throughout) or it went on untold for longer than half a lease. A \
 **re-entry granted a new token** is one whose token differs from the section it re-enters: the \
 lock had vanished and was taken afresh.
-- **Locks taken by nobody**: after a release dropped midway or a try-lock that failed or was \
-dropped, the time from when the lock should have been free (the call gave up, or the stall it \
+- **Locks taken by nobody**: after a release dropped midway or that returned an error, or a \
+try-lock that failed or was dropped, the time from when the lock should have been free (the call gave up, or the stall it \
 happened in ended, or the restart quarantine after a restart of Redis surely ended, a second \
 after its length, whichever is latest; or a holder that held it then stopped) to its next \
 acquisition, which the probe makes sure someone wants. Over half the lease counts: the call \
