@@ -16,6 +16,21 @@ use crate::base::kind::Kind;
 use crate::store::memory::MemoryServer;
 use crate::store::scripts::{Call, Giving, Stored, calls};
 
+/// A test that runs `check` on the in-memory server and, when one is at
+/// hand, on a real Redis.
+macro_rules! on_both {
+    ($test:ident, $check:ident) => {
+        #[tokio::test]
+        async fn $test() {
+            let mut memory = MemoryServer::new();
+            $check(&mut memory, "memory").await;
+            if let Some((_real, mut conn)) = real_redis().await {
+                $check(&mut conn, "redis-server").await;
+            }
+        }
+    };
+}
+
 const LEASE: Duration = Duration::from_secs(60);
 const RETIRE: Duration = Duration::from_secs(30);
 
@@ -94,14 +109,10 @@ async fn late_acquires_are_refused(conn: &mut impl ConnectionLike, server: &str)
     assert!(granted(&asked), "{server}: {asked:?}");
 }
 
-#[tokio::test]
-async fn a_retired_owner_id_is_refused_by_every_acquire_script() {
-    let mut memory = MemoryServer::new();
-    late_acquires_are_refused(&mut memory, "memory").await;
-    if let Some((_real, mut conn)) = real_redis().await {
-        late_acquires_are_refused(&mut conn, "redis-server").await;
-    }
-}
+on_both!(
+    a_retired_owner_id_is_refused_by_every_acquire_script,
+    late_acquires_are_refused
+);
 
 /// A fair attempt whose answer was lost put its owner id in line behind
 /// the holder; its give-back takes it out of the line (and the read side's
@@ -136,14 +147,10 @@ async fn a_retired_owner_id_leaves_the_line(conn: &mut impl ConnectionLike, serv
     }
 }
 
-#[tokio::test]
-async fn a_retired_owner_id_leaves_the_line_of_fair_waiters() {
-    let mut memory = MemoryServer::new();
-    a_retired_owner_id_leaves_the_line(&mut memory, "memory").await;
-    if let Some((_real, mut conn)) = real_redis().await {
-        a_retired_owner_id_leaves_the_line(&mut conn, "redis-server").await;
-    }
-}
+on_both!(
+    a_retired_owner_id_leaves_the_line_of_fair_waiters,
+    a_retired_owner_id_leaves_the_line
+);
 
 /// The first field of a hash, or `None`.
 async fn hget(conn: &mut impl ConnectionLike, key: &str, field: &str) -> Option<String> {
@@ -192,14 +199,10 @@ async fn a_handoff_passes_over_retired_waiters(conn: &mut impl ConnectionLike, s
     }
 }
 
-#[tokio::test]
-async fn a_handoff_passes_over_a_retired_waiter() {
-    let mut memory = MemoryServer::new();
-    a_handoff_passes_over_retired_waiters(&mut memory, "memory").await;
-    if let Some((_real, mut conn)) = real_redis().await {
-        a_handoff_passes_over_retired_waiters(&mut conn, "redis-server").await;
-    }
-}
+on_both!(
+    a_handoff_passes_over_a_retired_waiter,
+    a_handoff_passes_over_retired_waiters
+);
 
 /// A late waiting call of a retired owner id is refused before it leaves
 /// the marks a waiter leaves: a writer's on the readers, a reader's on the
@@ -265,14 +268,10 @@ async fn retired_waiters_leave_no_marks(conn: &mut impl ConnectionLike, server: 
     assert_eq!(marker, None, "{server}: a retired reader held writers back");
 }
 
-#[tokio::test]
-async fn a_retired_waiter_leaves_no_marks() {
-    let mut memory = MemoryServer::new();
-    retired_waiters_leave_no_marks(&mut memory, "memory").await;
-    if let Some((_real, mut conn)) = real_redis().await {
-        retired_waiters_leave_no_marks(&mut conn, "redis-server").await;
-    }
-}
+on_both!(
+    a_retired_waiter_leaves_no_marks,
+    retired_waiters_leave_no_marks
+);
 
 #[tokio::test]
 async fn the_retirement_lapses() {
