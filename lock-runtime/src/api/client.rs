@@ -14,6 +14,7 @@ use uuid::Uuid;
 use crate::api::request::LockRequest;
 use crate::base::config::Config;
 use crate::base::error::LockError;
+use crate::base::keys::LockKeys;
 use crate::base::kind::Kind;
 use crate::base::owner;
 use crate::base::redact::redact_urls;
@@ -30,7 +31,7 @@ use crate::store::deployment::{Deployment, Spec};
 use crate::store::memory::MemoryStore;
 use crate::store::node::Node;
 use crate::store::replicas::ReplicaCheck;
-use crate::store::scripts::Quarantine;
+use crate::store::scripts::{Quarantine, Released, Stored};
 
 /// A handle to a Redis server for taking locks. Cheap to clone: clones share
 /// one command connection, one pub/sub connection and one watchdog.
@@ -88,6 +89,41 @@ impl Inner {
     /// work of the client (give-backs sent again) ends then.
     pub(crate) fn stopped(&self) -> CancellationToken {
         self.shutdown.clone()
+    }
+
+    /// Gives back in the background, and retires, what each of `owners`
+    /// may hold of `locks`, stored as `stored` (see [`Backend::retire`]):
+    /// sent again, first after `again_after`, until Redis answers or the
+    /// client stops; a lock asked to stay taken until `keep_until` stays
+    /// until then. Outside a runtime nothing is sent, and the locks lapse
+    /// after their lease.
+    pub(crate) fn retire_later(
+        &self,
+        label: String,
+        locks: Vec<LockKeys>,
+        (stored, owners): (Stored, Vec<Arc<str>>),
+        keep_until: Option<Instant>,
+        again_after: Duration,
+    ) {
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let (backend, stopped) = (self.backend.clone(), self.stopped());
+        runtime.spawn(async move {
+            let giving_back = owners.iter().map(|owner| {
+                let held = (&stored, &**owner);
+                backend.retire(&label, &locks, held, keep_until, again_after, &stopped)
+            });
+            let released = futures_util::future::join_all(giving_back).await;
+            if released
+                .iter()
+                .flatten()
+                .flatten()
+                .any(|r| *r == Released::Free)
+            {
+                tracing::debug!(key = %label, "gave back a lock whose grant went unanswered");
+            }
+        });
     }
 
     /// The client is shut down: acquisitions fail.

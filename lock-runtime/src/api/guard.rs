@@ -520,9 +520,6 @@ fn give_back_later(
     keep_until: Option<Instant>,
     err: &LockError,
 ) {
-    let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-        return;
-    };
     if !err.is_unavailable() {
         return;
     }
@@ -545,17 +542,11 @@ fn give_back_later(
     if other_side {
         return;
     }
-    let (backend, closing) = (inner.backend.clone(), inner.stopped());
-    let again_after = inner.config.command_timeout;
     let keys: Vec<LockKeys> = held.iter().map(|held| held.keys.clone()).collect();
-    let (label, owner, stored) = (label(held), held[0].owner.clone(), held[0].stored.clone());
+    let label = label(held);
     tracing::debug!(key = %label, error = %Chain(err), "release failed; sending it again in the background");
-    runtime.spawn(async move {
-        let held = (&stored, &*owner);
-        backend
-            .retire(&label, &keys, held, keep_until, again_after, &closing)
-            .await;
-    });
+    let owner = (held[0].stored.clone(), vec![held[0].owner.clone()]);
+    inner.retire_later(label, keys, owner, keep_until, inner.config.command_timeout);
 }
 
 /// Records how a hold of `held` ended.
@@ -706,21 +697,17 @@ async fn hand_on(
     // any more), so that a handoff that runs late cannot hand the lock to
     // it either (see `handoff.lua`).
     let gone = inner.offers.settle(&lock.lock, taken, answer);
-    if !gone.is_empty()
-        && let Ok(runtime) = tokio::runtime::Handle::try_current()
-    {
-        let (backend, closing) = (inner.backend.clone(), inner.stopped());
-        let (label, lock) = (label.to_owned(), lock.clone());
+    if !gone.is_empty() {
+        tracing::debug!(key = %label, "the waiter a lock may have been handed to is gone; giving it back");
+        let locks = vec![lock.clone()];
         let again_after = inner.config.command_timeout;
-        runtime.spawn(async move {
-            tracing::debug!(key = %label, "the waiter a lock may have been handed to is gone; giving it back");
-            let locks = std::slice::from_ref(&lock);
-            let giving_back = gone.iter().map(|waiter| {
-                let held = (&Stored::Hash, &**waiter);
-                backend.retire(&label, locks, held, None, again_after, &closing)
-            });
-            futures_util::future::join_all(giving_back).await;
-        });
+        inner.retire_later(
+            label.to_owned(),
+            locks,
+            (Stored::Hash, gone),
+            None,
+            again_after,
+        );
     }
     // Sent again and found neither held by this releaser nor handed on by
     // it: the first call may have let it go to nobody, or the lock was lost

@@ -20,7 +20,7 @@ use crate::engine::handoffs::{Answer, Offered};
 use crate::engine::wakeups::Wake;
 use crate::engine::watchdog::{Acquisition, DECLARE_EARLY};
 use crate::store::scripts::calls::Asking;
-use crate::store::scripts::{Acquired, Giving, Released, Stored, Taken};
+use crate::store::scripts::{Acquired, Giving, Stored, Taken};
 
 /// First pause before retrying an acquire that failed to reach Redis; it
 /// doubles up to 500 ms.
@@ -904,34 +904,14 @@ impl LockRequest {
     /// [`Backend::retire`]: crate::engine::backend::Backend::retire
     fn give_back_for(&self, keys: &[LockKeys], owner: Arc<str>) {
         let inner = &self.client.inner;
-        let backend = inner.backend.clone();
-        let (label, keys) = (self.label.clone(), keys.to_vec());
-        let kind = self.kind;
-        let closing = inner.stopped();
         let again_after = inner.config.command_timeout
             + inner
                 .config
                 .replicas(self.replicas)
                 .map_or(Duration::ZERO, |replicas| replicas.timeout);
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            return;
-        };
-        runtime.spawn(async move {
-            let stored = Stored::for_kind(kind, &keys[0]);
-            let released = backend
-                .retire(
-                    &label,
-                    &keys,
-                    (&stored, &owner),
-                    None,
-                    again_after,
-                    &closing,
-                )
-                .await;
-            if released.is_some_and(|released| released.contains(&Released::Free)) {
-                tracing::debug!(key = %label, "gave back a lock whose acquire answer was lost");
-            }
-        });
+        let stored = Stored::for_kind(self.kind, &keys[0]);
+        let (label, locks) = (self.label.clone(), keys.to_vec());
+        inner.retire_later(label, locks, (stored, vec![owner]), None, again_after);
     }
 
     /// The error for a wait that ended without the locks: held by others,
