@@ -18,7 +18,7 @@
 //! wait for the lane's *sender*, a task that runs while calls wait: it
 //! sends them in batches and hands each caller its reply, whatever the
 //! callers' futures do. A call gone alone takes a place among the
-//! [`IN_FLIGHT`] like a batch, and the lane keeps it as a shared future:
+//! [`IN_FLIGHT`] like a batch, and the lane keeps it as a [`Flight`]:
 //! when calls wait for its place, the sender drives it too, so that its
 //! reply is handled and its place freed whether or not its caller's
 //! future is polled again. So a caller whose future is polled once and
@@ -42,13 +42,14 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::Duration;
 
-use futures_util::future::{BoxFuture, FutureExt, Shared, select_all};
+use futures_util::future::{BoxFuture, select_all};
 use futures_util::stream::{FuturesUnordered, StreamExt};
 use redis::{RedisError, Value};
 use tokio::sync::{Notify, oneshot};
 
 use crate::base::detached::Detached;
 use crate::base::error::LockError;
+use crate::base::flight::{Driven, Flight, Party};
 use crate::base::keys::slot;
 use crate::store::scripts::Call;
 
@@ -127,10 +128,6 @@ const IN_FLIGHT: u8 = 2;
 /// thread, and every other client of that Redis waits for it to end.
 const MOST_PER_BATCH: usize = 256;
 
-/// A call gone alone, on its way: its caller's future drives it, and so
-/// does the lane's sender when it needs its place.
-type Flight = Shared<BoxFuture<'static, ()>>;
-
 #[derive(Default)]
 struct Queue {
     /// Calls waiting for the sender; while there are any, it runs.
@@ -196,12 +193,12 @@ impl Coalescer {
                     number,
                 };
                 let transport = transport.clone();
-                let flight = async move {
+                // Its caller's future drives it, and so does the lane's
+                // sender when it needs its place.
+                let flight = Flight::new(async move {
                     deliver(&transport, vec![waiter]).await;
                     drop(back);
-                }
-                .boxed()
-                .shared();
+                });
                 queue.alone.push((number, flight.clone()));
                 (Some(flight), None)
             } else {
@@ -212,7 +209,7 @@ impl Coalescer {
             }
         };
         if let Some(flight) = alone {
-            Detached::new(flight).await;
+            Detached::new(flight.driven_by(Party::Caller)).await;
         } else if let Some(wake) = new_sender {
             // Made here, so that a task dropped before it ran still stops it.
             let sender = Sender {
@@ -271,7 +268,7 @@ enum Next {
     /// Waits for a batch of its own to be back, or for one of these calls
     /// gone alone (driving them: their callers may not poll them) when
     /// calls wait for their places.
-    Wait(Vec<Flight>),
+    Wait(Vec<Driven>),
     /// Nothing waits and nothing of its own is on its way: it stops.
     Stop,
 }
@@ -339,7 +336,10 @@ impl Sender {
             return Next::Stop;
         }
         if queue.on_their_way() >= usize::from(IN_FLIGHT) {
-            let alone = queue.alone.iter().map(|(_, flight)| flight.clone());
+            let alone = queue.alone.iter().map(|(_, flight)| {
+                let flight = flight.clone();
+                flight.driven_by(Party::Other)
+            });
             return Next::Wait(alone.collect());
         }
         queue.batches += 1;
