@@ -215,12 +215,11 @@ impl Node {
         call: &Call,
         timeout: Duration,
     ) -> Result<T, LockError> {
-        let invocation = call.invocation(self.sharded, &self.quarantine);
-        let invoke = || {
-            let mut conn = conn.clone();
-            let invocation = &invocation;
-            async move { invocation.invoke_async(&mut conn).await }
-        };
+        let (cmd, script) = (
+            call.command(self.sharded, &self.quarantine),
+            call.script(self.sharded),
+        );
+        let invoke = || evalsha(conn.clone(), &cmd, script);
         noted(
             conn,
             within(
@@ -249,14 +248,14 @@ impl Node {
         call: &Call,
         replicas: Replicas,
     ) -> Result<(T, u32), LockError> {
-        let invocation = call.invocation(self.sharded, &self.quarantine);
+        let script = call.script(self.sharded);
         let mut pipe = redis::pipe();
-        pipe.invoke_script(&invocation)
+        pipe.add_command(call.command(self.sharded, &self.quarantine))
             .cmd("WAIT")
             .arg(replicas.count)
             .arg(replicas.timeout.as_millis() as u64);
         let conn = &self.replicated;
-        let (pipe, invocation) = (&pipe, &invocation);
+        let pipe = &pipe;
         let query = || {
             let mut conn = conn.clone();
             async move {
@@ -264,7 +263,7 @@ impl Node {
                     // A restarted server has forgotten the script: load it,
                     // and run the pipeline again (the script did not run).
                     Err(err) if err.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
-                        invocation.load_async(&mut conn).await?;
+                        script.prepare_invoke().load_async(&mut conn).await?;
                         pipe.query_async(&mut conn).await
                     }
                     other => other,
@@ -287,18 +286,17 @@ impl Transport for Node {
     fn send(&self, calls: Vec<Call>) -> BoxFuture<'static, Reply> {
         let node = self.clone();
         Box::pin(async move {
-            let invocation = match calls.as_slice() {
-                [call] => call.invocation(node.sharded, &node.quarantine),
+            let (cmd, script) = match calls.as_slice() {
+                [call] => (
+                    call.command(node.sharded, &node.quarantine),
+                    call.script(node.sharded),
+                ),
                 _ => Call::batch(calls.iter(), node.sharded, &node.quarantine)
                     .expect("a batch has calls"),
             };
             let idempotent = calls.iter().all(Call::is_idempotent);
             let conn = &node.conn;
-            let invoke = || {
-                let mut conn = conn.clone();
-                let invocation = &invocation;
-                async move { invocation.invoke_async::<Value>(&mut conn).await }
-            };
+            let invoke = || evalsha::<Value>(conn.clone(), &cmd, script);
             let reply = bounded(node.timeout, retried(conn.is_cluster(), idempotent, invoke)).await;
             if let Err(failure) = &reply {
                 note(conn, &failure.clone().error(None, node.timeout));
@@ -307,6 +305,23 @@ impl Transport for Node {
             }
             reply
         })
+    }
+}
+
+/// Runs `cmd`, an `EVALSHA` of `script`; a server that does not know the
+/// script (restarted, its script cache flushed) is sent it, and `cmd`
+/// again (it did not run).
+async fn evalsha<T: FromRedisValue>(
+    mut conn: Conn,
+    cmd: &redis::Cmd,
+    script: &redis::Script,
+) -> redis::RedisResult<T> {
+    match cmd.query_async(&mut conn).await {
+        Err(err) if err.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
+            script.prepare_invoke().load_async(&mut conn).await?;
+            cmd.query_async(&mut conn).await
+        }
+        other => other,
     }
 }
 

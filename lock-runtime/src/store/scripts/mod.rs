@@ -16,7 +16,9 @@ mod replies;
 use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
-use redis::{Script, ScriptInvocation};
+#[cfg(test)]
+use redis::ScriptInvocation;
+use redis::{Cmd, Script};
 
 use crate::base::keys::LockKeys;
 use crate::base::kind::Kind;
@@ -199,8 +201,15 @@ impl Call {
         &self.args
     }
 
+    /// The script this call runs (`sharded`: with SPUBLISH), for loading
+    /// it after a NOSCRIPT reply.
+    pub(crate) fn script(&self, sharded: bool) -> &'static Script {
+        self.script.get(sharded)
+    }
+
     /// The invocation to send: with SPUBLISH when `sharded`, and the
     /// restart quarantine's arguments last for an acquire script.
+    #[cfg(test)]
     pub(crate) fn invocation(
         &self,
         sharded: bool,
@@ -210,33 +219,68 @@ impl Call {
         for key in self.keys.iter() {
             call.key(key);
         }
-        self.push_args(&mut call, quarantine);
+        for arg in self.quarantined_args(quarantine).iter() {
+            call.arg(arg.as_str());
+        }
         call
     }
 
-    /// One invocation that runs every call of `calls` (all of one script)
-    /// in order, each as it would run alone, and
-    /// replies with one reply per call (see `batch.lua`).
+    /// The `EVALSHA` command that runs it, with SPUBLISH when `sharded`,
+    /// and the restart quarantine's arguments last for an acquire script.
+    /// Written straight into one command buffer (redis-rs's
+    /// `ScriptInvocation` copies each key and argument into a buffer of
+    /// its own first, then into the command).
+    pub(crate) fn command(&self, sharded: bool, quarantine: &Quarantine) -> Cmd {
+        let script = self.script.get(sharded);
+        let mut cmd = evalsha(script, 2 + self.keys.len() + self.arg_count(), self.size());
+        cmd.arg(self.keys.len());
+        for key in self.keys.iter() {
+            cmd.arg(key);
+        }
+        self.push_args(&mut cmd, quarantine);
+        cmd
+    }
+
+    /// One command that runs every call of `calls` (all of one script)
+    /// in order, each as it would run alone, and replies with one reply
+    /// per call (see `batch.lua`).
     pub(crate) fn batch<'a>(
         calls: impl ExactSizeIterator<Item = &'a Call> + Clone,
         sharded: bool,
         quarantine: &Quarantine,
-    ) -> Option<ScriptInvocation<'static>> {
+    ) -> Option<(Cmd, &'static Script)> {
         let first = calls.clone().next()?;
-        let mut batch = first.script.batch(sharded).prepare_invoke();
+        let script = first.script.batch(sharded);
+        let (mut keys, mut args, mut size) = (0, 1 + 2 * calls.len(), 0);
+        for call in calls.clone() {
+            keys += call.keys.len();
+            args += call.arg_count();
+            size += call.size();
+        }
+        let mut batch = evalsha(script, 2 + keys + args, size + 8 * args);
+        // EVALSHA sha numkeys KEYS... ARGV...: every call's keys, then the
+        // number of calls, each one's numbers of keys and of arguments,
+        // and every call's arguments.
+        batch.arg(keys);
+        for call in calls.clone() {
+            for key in call.keys.iter() {
+                batch.arg(key);
+            }
+        }
         batch.arg(calls.len());
         for call in calls.clone() {
             batch.arg(call.keys.len()).arg(call.arg_count());
         }
-        for call in calls.clone() {
-            for key in call.keys.iter() {
-                batch.key(key);
-            }
-        }
         for call in calls {
             call.push_args(&mut batch, quarantine);
         }
-        Some(batch)
+        Some((batch, script))
+    }
+
+    /// About how many bytes its keys and arguments take.
+    fn size(&self) -> usize {
+        let text = |items: &[String]| items.iter().map(String::len).sum::<usize>();
+        text(&self.keys) + text(&self.args) + if self.quarantined { 64 } else { 0 }
     }
 
     /// How many arguments the script gets (with the quarantine's).
@@ -244,16 +288,36 @@ impl Call {
         self.args.len() + if self.quarantined { 3 } else { 0 }
     }
 
-    fn push_args(&self, call: &mut ScriptInvocation<'static>, quarantine: &Quarantine) {
+    fn push_args(&self, cmd: &mut Cmd, quarantine: &Quarantine) {
         for arg in self.args.iter() {
-            call.arg(arg);
+            cmd.arg(arg);
         }
         if self.quarantined {
-            call.arg(&*quarantine.seen)
+            cmd.arg(&*quarantine.seen)
                 .arg(quarantine.length.as_millis() as u64)
                 .arg(if quarantine.strict { "1" } else { "0" });
         }
     }
+
+    /// Its arguments with the quarantine's, as the script gets them.
+    #[cfg(test)]
+    fn quarantined_args(&self, quarantine: &Quarantine) -> Vec<String> {
+        let mut args = self.args.to_vec();
+        if self.quarantined {
+            args.push(quarantine.seen.to_string());
+            args.push((quarantine.length.as_millis() as u64).to_string());
+            args.push(if quarantine.strict { "1" } else { "0" }.to_owned());
+        }
+        args
+    }
+}
+
+/// An `EVALSHA` of `script` with room for `args` more arguments (the key
+/// count, the keys and the script's arguments) of about `size` bytes.
+fn evalsha(script: &Script, args: usize, size: usize) -> Cmd {
+    let mut cmd = Cmd::with_capacity(2 + args, 64 + size + 4 * args);
+    cmd.arg("EVALSHA").arg(script.get_hash());
+    cmd
 }
 
 /// An acquisition's calls: the acquire script for `locks` locks, and the
