@@ -1,5 +1,9 @@
 //! Taking a lock: the request builder and the waiting loop.
 
+mod checks;
+mod policy;
+mod traces;
+
 use std::pin::pin;
 use std::sync::Arc;
 use std::time::Duration;
@@ -10,7 +14,7 @@ use tracing::Instrument;
 use crate::api::client::{Inner, LockClient};
 use crate::api::guard::{LockGuard, renewals};
 use crate::api::scope;
-use crate::base::config::{MAX_LEASE, MIN_LEASE, Replicas};
+use crate::base::config::Replicas;
 use crate::base::error::{Chain, LockError, LossReason};
 use crate::base::keys::LockKeys;
 use crate::base::kind::Kind;
@@ -21,6 +25,8 @@ use crate::engine::wakeups::Wake;
 use crate::engine::watchdog::{Acquisition, DECLARE_EARLY};
 use crate::store::scripts::calls::Asking;
 use crate::store::scripts::{Acquired, Giving, Stored, Taken};
+
+use traces::{Trace, Unsettled, Waiting};
 
 /// First pause before retrying an acquire that failed to reach Redis; it
 /// doubles up to 500 ms.
@@ -367,69 +373,14 @@ impl LockRequest {
     }
 
     async fn acquire_inner(mut self, span: &tracing::Span) -> Result<LockGuard, LockError> {
+        self.check()?;
         let inner = &self.client.inner;
-        if let Some(misuse) = &self.misuse {
-            return Err(LockError::Config(misuse.clone()));
-        }
-        if self.names.is_empty() || self.names.iter().any(String::is_empty) {
-            return Err(LockError::Config(format!(
-                "empty lock name in `{}`",
-                self.label
-            )));
-        }
-        if let Some(max_hold) = self.max_hold {
-            if max_hold < MIN_LEASE {
-                return Err(LockError::Config(format!(
-                    "`max_hold` {max_hold:?} for lock `{}` is shorter than the minimum lease {MIN_LEASE:?}",
-                    self.label
-                )));
-            }
-            // The first grant never outlives the cap either.
-            self.lease = self.lease.min(max_hold);
-        }
-        inner.config.check_lease(&self.label, self.lease)?;
-        if let Kind::Permits(permits) = self.kind {
-            permits.check(&self.label)?;
-        }
-        if let Some(at_least) = self.at_least
-            && at_least > MAX_LEASE
-        {
-            return Err(LockError::Config(format!(
-                "`lock_at_least` {at_least:?} for lock `{}` is longer than the maximum {MAX_LEASE:?}",
-                self.label
-            )));
-        }
-        if self.at_least.is_some() && matches!(self.kind, Kind::Permits(_) | Kind::Read) {
-            return Err(LockError::Config(format!(
-                "`lock_at_least` applies to exclusive and fair locks, not to the {} lock `{}`",
-                self.kind.lock_kind(),
-                self.label
-            )));
-        }
         let keys: Vec<LockKeys> = self
             .names
             .iter()
             .map(|name| LockKeys::new(&inner.config.prefix, name))
             .collect();
-        // Re-entry only for locks an enclosing critical section holds: a lock
-        // first taken here gets an owner of its own, so that calls joined
-        // inside a critical section exclude each other (see scope.rs).
-        let scoped = match scope::taker(inner.id, &self.names) {
-            scope::Taker::Fresh => None,
-            scope::Taker::Reentry(owner) => Some(owner),
-            scope::Taker::Mixed => {
-                return Err(LockError::Config(format!(
-                    "`{}`: this task holds some of these locks in enclosing critical \
-                     sections but not all of them under one owner; take the held ones \
-                     and the others in separate requests",
-                    self.label
-                )));
-            }
-        };
-        let asking = match &scoped {
-            Some(owner) => self.reentry(&keys, owner)?,
-            None => String::new(),
-        };
+        let (scoped, asking) = self.enclosing(&keys)?;
         let mut owner = scoped.clone().unwrap_or_else(|| self.client.new_owner());
         // A fresh owner id whose acquire call got no answer (a timeout, a
         // connection lost), or whose call is cut short by the caller
@@ -437,38 +388,13 @@ impl LockRequest {
         // what it may hold is given back if the request ends without a guard.
         let mut unsettled = Unsettled::new(&self, &keys);
         let started = Instant::now();
-        // A wait too long for the clock (`Duration::MAX`: wait as long as it
-        // takes) ends in thirty years, as tokio's far future does.
-        let deadline = started
-            .checked_add(self.wait)
-            .unwrap_or_else(|| started + Duration::from_secs(30 * 365 * 24 * 3600));
-        // A writer or reader that waits may mark its turn; if it stops
-        // waiting without the lock, it takes the mark back.
-        let mut marked = (!self.wait.is_zero()
-            && matches!(self.kind, Kind::Exclusive | Kind::Read))
-        .then(|| Waiting::new(&self, &keys, &owner, Trace::Marks));
-
-        // Tasks of this process already waiting for the lock go first: a
-        // newcomer (often the task that just released it) that tried at once
-        // would take it from under the waiter the release is waking, which
-        // then starts over at the back. So the newcomer queues behind them
-        // without trying, and is woken in turn. A task re-entering a lock it
-        // holds goes straight in: the waiters wait for it.
-        let behind = !self.wait.is_zero()
-            && scoped.is_none()
-            && self.kind == Kind::Exclusive
-            && keys.len() == 1
-            && inner.wakeups.has_live_waiters(&keys[0].channel());
-        // A fair waiter for a lock whose channel this client already
-        // watches (others wait for it here) registers for its turn before
-        // its first attempt: a release that names it right after that
-        // attempt put it in line still wakes it, so it need not try again
-        // at once to find out, as a waiter that subscribes only then must.
-        let mut early = (!self.wait.is_zero()
-            && self.kind == Kind::Fair
-            && keys.len() == 1
-            && inner.wakeups.has_live_waiters(&keys[0].channel()))
-        .then(|| {
+        let deadline = deadline_after(started, self.wait);
+        // If it stops waiting without the lock, it takes its marks back.
+        let mut marked = self
+            .marks_turns()
+            .then(|| Waiting::new(&self, &keys, &owner, Trace::Marks));
+        let behind = self.queues_behind(&keys, scoped.is_some());
+        let mut early = self.registers_early(&keys).then(|| {
             let channel = keys[0].channel();
             inner
                 .wakeups
@@ -512,19 +438,7 @@ impl LockRequest {
 
         tracing::debug!(wait = ?self.wait, "lock busy; waiting");
         let _waiter = telemetry::Waiter::new(self.metric_kind());
-        let wake = match self.kind {
-            // A fair waiter is woken when a release names it.
-            Kind::Fair => Wake::Named(owner.clone()),
-            // Readers may all go in at once: each is woken by every release;
-            // so is a waiter for several locks, which may find one still taken,
-            // and one for several permits, which may find too few free (and
-            // must not swallow the wake-up of a waiter for one: a release
-            // sends one per permit freed).
-            Kind::Read => Wake::Every,
-            Kind::Permits(permits) if permits.take > 1 => Wake::Every,
-            _ if keys.len() > 1 => Wake::Every,
-            _ => Wake::One,
-        };
+        let wake = self.wake(&keys, &owner);
         let registered_early = early.is_some();
         let watch = early.unwrap_or_else(|| {
             let channels: Vec<String> = keys.iter().map(LockKeys::channel).collect();
@@ -534,7 +448,8 @@ impl LockRequest {
         });
         // The first attempt put a fair waiter in line; it leaves the line if
         // it stops waiting without the lock.
-        let mut in_line = (self.kind == Kind::Fair)
+        let mut in_line = self
+            .waits_in_line()
             .then(|| Waiting::new(&self, &keys, &owner, Trace::PlaceInLine));
         tokio::select! {
             _ = watch.subscribed() => {}
@@ -544,17 +459,10 @@ impl LockRequest {
         let mut backoff = RETRY_AFTER_ERROR;
         let mut last_error: Option<LockError>;
         let mut wait_in_turn = behind || registered_early;
-        // A waiter for one exclusive or fair lock under an owner id of its
-        // own offers, while it sleeps, to be handed the lock by a release
-        // of this client (see `handoffs.rs`); its grant then comes from
-        // the release.
-        let fair = self.kind == Kind::Fair;
-        let offers = (matches!(self.kind, Kind::Exclusive | Kind::Fair)
-            && keys.len() == 1
-            && scoped.is_none()
-            && inner.config.replicas(self.replicas).is_none()
-            && inner.backend.hands_on())
-        .then_some(&inner.offers);
+        let fair = self.waits_in_line();
+        let offers = self
+            .takes_handoffs(&keys, scoped.is_some())
+            .then_some(&inner.offers);
         let mut handed = None;
         // What a waiter dropped with an answer it never read may hold.
         let give_back = |owner: Arc<str>| self.give_back_for(&keys, owner);
@@ -687,6 +595,28 @@ impl LockRequest {
                 // Not handed on (still held, or others' turn): try at once.
                 Some(Answer::Declined) | None => {}
             }
+        }
+    }
+
+    /// The owner id of the enclosing critical sections that hold the
+    /// request's locks, if they do, and how the request asks for each of
+    /// them (see [`reentry`](Self::reentry); empty: afresh). Re-entry only
+    /// for locks an enclosing critical section holds: a lock first taken
+    /// here gets an owner of its own, so that calls joined inside a
+    /// critical section exclude each other (see scope.rs).
+    fn enclosing(&self, keys: &[LockKeys]) -> Result<(Option<Arc<str>>, String), LockError> {
+        match scope::taker(self.client.inner.id, &self.names) {
+            scope::Taker::Fresh => Ok((None, String::new())),
+            scope::Taker::Reentry(owner) => {
+                let asking = self.reentry(keys, &owner)?;
+                Ok((Some(owner), asking))
+            }
+            scope::Taker::Mixed => Err(LockError::Config(format!(
+                "`{}`: this task holds some of these locks in enclosing critical \
+                 sections but not all of them under one owner; take the held ones \
+                 and the others in separate requests",
+                self.label
+            ))),
         }
     }
 
@@ -930,6 +860,15 @@ impl LockRequest {
     }
 }
 
+/// When a wait that starts at `started` ends. A wait too long for the clock
+/// (`Duration::MAX`: wait as long as it takes) ends in thirty years, as
+/// tokio's far future does.
+fn deadline_after(started: Instant, wait: Duration) -> Instant {
+    started
+        .checked_add(wait)
+        .unwrap_or_else(|| started + Duration::from_secs(30 * 365 * 24 * 3600))
+}
+
 /// Until when the restart quarantine keeps locks closed, from an attempt
 /// that found only it in the way (see [`Outcome::Busy`]); the client's
 /// health reports it.
@@ -947,169 +886,4 @@ async fn answer_to(offered: &mut Option<Offered<'_>>) -> Answer {
         Some(offered) => offered.answered().await,
         None => std::future::pending().await,
     }
-}
-
-/// A fresh owner id whose last acquire call may have granted the locks
-/// without the caller learning of it: the call got no answer (timed out,
-/// its connection lost), or the request's future was dropped while it was
-/// on its way. Redis may run such a call after its caller gave up (a
-/// stalled server runs it when it resumes), which would leave the locks
-/// taken by nobody for a whole lease. Unless settled, what the owner id
-/// may hold is given back when the request ends (see
-/// [`LockRequest::give_back_for`]). A re-entry's owner id belongs to the
-/// enclosing critical section and is never given back from here.
-struct Unsettled<'a> {
-    request: &'a LockRequest,
-    keys: &'a [LockKeys],
-    owner: Option<Arc<str>>,
-    /// An earlier call under the same owner id got no answer: it may still
-    /// run, on another connection than the next calls' (one replaced
-    /// meanwhile, the one kept for `WAIT`), after them. Only a grant, or
-    /// giving the owner id up, settles it.
-    earlier: bool,
-}
-
-impl<'a> Unsettled<'a> {
-    fn new(request: &'a LockRequest, keys: &'a [LockKeys]) -> Self {
-        Unsettled {
-            request,
-            keys,
-            owner: None,
-            earlier: false,
-        }
-    }
-
-    /// An acquire call under `owner`, asking as `asking` (empty: afresh),
-    /// is about to be sent.
-    fn arm(&mut self, owner: &Arc<str>, asking: &str) {
-        if asking.is_empty() && self.owner.is_none() {
-            self.owner = Some(owner.clone());
-        }
-    }
-
-    /// The owner id holds nothing unknown to the caller: it was granted
-    /// the locks, or what it may hold was given back.
-    fn settle(&mut self) {
-        self.owner = None;
-        self.earlier = false;
-    }
-
-    /// Settles after an attempt that was answered (taken, busy, or a
-    /// definite error), unless an earlier call under the same owner id is
-    /// still unknown.
-    fn after(&mut self, attempt: &Result<Outcome, LockError>) {
-        match attempt {
-            Ok(Outcome::Taken(_)) => self.settle(),
-            Ok(Outcome::Abandon(_)) => self.earlier = true,
-            Err(err) if err.is_unavailable() => self.earlier = true,
-            Ok(Outcome::Busy { .. }) | Err(_) if !self.earlier => self.settle(),
-            Ok(Outcome::Busy { .. }) | Err(_) => {}
-        }
-    }
-}
-
-impl Drop for Unsettled<'_> {
-    fn drop(&mut self) {
-        if let Some(owner) = self.owner.take() {
-            tracing::debug!(key = %self.request.label, "acquire ended without knowing whether it was granted; giving back what it may hold");
-            self.request.give_back_for(self.keys, owner);
-        }
-    }
-}
-
-/// What a waiter leaves in Redis while it waits, and takes back if it stops
-/// waiting without the lock (timeout, error, or the caller dropping the
-/// future), so that nobody is held back for a turn nobody takes. A waiter
-/// that dies leaves what lapses by itself within `FAIR_STAY` (and its lease).
-#[derive(Debug, Clone, Copy)]
-enum Trace {
-    /// The turn-taking marks of a waiting writer or reader (a writer
-    /// waiting for readers holds new readers back; waiting readers hold
-    /// back a writer that just let go).
-    Marks,
-    /// A fair waiter's place in line, which would hold up the waiters
-    /// behind it.
-    PlaceInLine,
-}
-
-/// A waiter's [`Trace`], taken back on drop unless the lock was taken.
-struct Waiting<'a> {
-    request: &'a LockRequest,
-    keys: &'a [LockKeys],
-    owner: Arc<str>,
-    trace: Trace,
-    waiting: bool,
-}
-
-impl<'a> Waiting<'a> {
-    fn new(request: &'a LockRequest, keys: &'a [LockKeys], owner: &Arc<str>, trace: Trace) -> Self {
-        Waiting {
-            request,
-            keys,
-            owner: owner.clone(),
-            trace,
-            waiting: true,
-        }
-    }
-
-    /// The lock was taken: the acquisition took the trace back itself.
-    fn taken(waiting: &mut Option<Self>) {
-        if let Some(waiting) = waiting {
-            waiting.waiting = false;
-        }
-    }
-
-    /// Attempts go on under a new owner id: the old one's trace lapses.
-    fn new_owner(waiting: &mut Option<Self>, owner: &Arc<str>) {
-        if let Some(waiting) = waiting {
-            waiting.owner = owner.clone();
-        }
-    }
-}
-
-impl Drop for Waiting<'_> {
-    fn drop(&mut self) {
-        if !self.waiting {
-            return;
-        }
-        let backend = self.request.client.inner.backend.clone();
-        let (label, keys, owner, trace) = (
-            self.request.label.clone(),
-            self.keys.to_vec(),
-            self.owner.clone(),
-            self.trace,
-        );
-        let undo = {
-            let label = label.clone();
-            async move {
-                match trace {
-                    Trace::Marks => backend.leave_turns(&label, &keys, &owner).await,
-                    Trace::PlaceInLine => backend.leave_line(&label, &keys[0], &owner).await,
-                }
-            }
-        };
-        let failed = match trace {
-            Trace::Marks => "taking back a waiting mark failed; it lapses",
-            Trace::PlaceInLine => "leaving the line failed; the place lapses",
-        };
-        undo_in_background(label, failed, undo);
-    }
-}
-
-/// Runs `undo` on the current runtime, if there is one (without one, what it
-/// would undo lapses by itself); a failure is logged as `failed`, with the
-/// lock's name `key`.
-fn undo_in_background(
-    key: String,
-    failed: &'static str,
-    undo: impl Future<Output = Result<(), LockError>> + Send + 'static,
-) {
-    let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-        return;
-    };
-    runtime.spawn(async move {
-        if let Err(err) = undo.await {
-            tracing::debug!(%key, error = %Chain(&err), "{failed}");
-        }
-    });
 }

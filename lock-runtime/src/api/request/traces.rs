@@ -1,0 +1,181 @@
+//! What an acquisition leaves behind in Redis while it is under way, and
+//! takes back when it ends without the locks: a grant it may have been
+//! made without learning of it ([`Unsettled`]), a waiter's turn-taking
+//! marks and a fair waiter's place in line ([`Waiting`]).
+
+use std::sync::Arc;
+
+use crate::base::error::{Chain, LockError};
+use crate::base::keys::LockKeys;
+
+use super::{LockRequest, Outcome};
+
+/// A fresh owner id whose last acquire call may have granted the locks
+/// without the caller learning of it: the call got no answer (timed out,
+/// its connection lost), or the request's future was dropped while it was
+/// on its way. Redis may run such a call after its caller gave up (a
+/// stalled server runs it when it resumes), which would leave the locks
+/// taken by nobody for a whole lease. Unless settled, what the owner id
+/// may hold is given back when the request ends (see
+/// [`LockRequest::give_back_for`]). A re-entry's owner id belongs to the
+/// enclosing critical section and is never given back from here.
+pub(super) struct Unsettled<'a> {
+    request: &'a LockRequest,
+    keys: &'a [LockKeys],
+    owner: Option<Arc<str>>,
+    /// An earlier call under the same owner id got no answer: it may still
+    /// run, on another connection than the next calls' (one replaced
+    /// meanwhile, the one kept for `WAIT`), after them. Only a grant, or
+    /// giving the owner id up, settles it.
+    earlier: bool,
+}
+
+impl<'a> Unsettled<'a> {
+    pub(super) fn new(request: &'a LockRequest, keys: &'a [LockKeys]) -> Self {
+        Unsettled {
+            request,
+            keys,
+            owner: None,
+            earlier: false,
+        }
+    }
+
+    /// An acquire call under `owner`, asking as `asking` (empty: afresh),
+    /// is about to be sent.
+    pub(super) fn arm(&mut self, owner: &Arc<str>, asking: &str) {
+        if asking.is_empty() && self.owner.is_none() {
+            self.owner = Some(owner.clone());
+        }
+    }
+
+    /// The owner id holds nothing unknown to the caller: it was granted
+    /// the locks, or what it may hold was given back.
+    pub(super) fn settle(&mut self) {
+        self.owner = None;
+        self.earlier = false;
+    }
+
+    /// Settles after an attempt that was answered (taken, busy, or a
+    /// definite error), unless an earlier call under the same owner id is
+    /// still unknown.
+    pub(super) fn after(&mut self, attempt: &Result<Outcome, LockError>) {
+        match attempt {
+            Ok(Outcome::Taken(_)) => self.settle(),
+            Ok(Outcome::Abandon(_)) => self.earlier = true,
+            Err(err) if err.is_unavailable() => self.earlier = true,
+            Ok(Outcome::Busy { .. }) | Err(_) if !self.earlier => self.settle(),
+            Ok(Outcome::Busy { .. }) | Err(_) => {}
+        }
+    }
+}
+
+impl Drop for Unsettled<'_> {
+    fn drop(&mut self) {
+        if let Some(owner) = self.owner.take() {
+            tracing::debug!(key = %self.request.label, "acquire ended without knowing whether it was granted; giving back what it may hold");
+            self.request.give_back_for(self.keys, owner);
+        }
+    }
+}
+
+/// What a waiter leaves in Redis while it waits, and takes back if it stops
+/// waiting without the lock (timeout, error, or the caller dropping the
+/// future), so that nobody is held back for a turn nobody takes. A waiter
+/// that dies leaves what lapses by itself within `FAIR_STAY` (and its lease).
+#[derive(Debug, Clone, Copy)]
+pub(super) enum Trace {
+    /// The turn-taking marks of a waiting writer or reader (a writer
+    /// waiting for readers holds new readers back; waiting readers hold
+    /// back a writer that just let go).
+    Marks,
+    /// A fair waiter's place in line, which would hold up the waiters
+    /// behind it.
+    PlaceInLine,
+}
+
+/// A waiter's [`Trace`], taken back on drop unless the lock was taken.
+pub(super) struct Waiting<'a> {
+    request: &'a LockRequest,
+    keys: &'a [LockKeys],
+    owner: Arc<str>,
+    trace: Trace,
+    waiting: bool,
+}
+
+impl<'a> Waiting<'a> {
+    pub(super) fn new(
+        request: &'a LockRequest,
+        keys: &'a [LockKeys],
+        owner: &Arc<str>,
+        trace: Trace,
+    ) -> Self {
+        Waiting {
+            request,
+            keys,
+            owner: owner.clone(),
+            trace,
+            waiting: true,
+        }
+    }
+
+    /// The lock was taken: the acquisition took the trace back itself.
+    pub(super) fn taken(waiting: &mut Option<Self>) {
+        if let Some(waiting) = waiting {
+            waiting.waiting = false;
+        }
+    }
+
+    /// Attempts go on under a new owner id: the old one's trace lapses.
+    pub(super) fn new_owner(waiting: &mut Option<Self>, owner: &Arc<str>) {
+        if let Some(waiting) = waiting {
+            waiting.owner = owner.clone();
+        }
+    }
+}
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        if !self.waiting {
+            return;
+        }
+        let backend = self.request.client.inner.backend.clone();
+        let (label, keys, owner, trace) = (
+            self.request.label.clone(),
+            self.keys.to_vec(),
+            self.owner.clone(),
+            self.trace,
+        );
+        let undo = {
+            let label = label.clone();
+            async move {
+                match trace {
+                    Trace::Marks => backend.leave_turns(&label, &keys, &owner).await,
+                    Trace::PlaceInLine => backend.leave_line(&label, &keys[0], &owner).await,
+                }
+            }
+        };
+        let failed = match trace {
+            Trace::Marks => "taking back a waiting mark failed; it lapses",
+            Trace::PlaceInLine => "leaving the line failed; the place lapses",
+        };
+        undo_in_background(label, failed, undo);
+    }
+}
+
+/// Runs `undo` on the current runtime, if there is one (without one, what it
+/// would undo lapses by itself); a failure is logged as `failed`, with the
+/// lock's name `key`.
+fn undo_in_background(
+    key: String,
+    failed: &'static str,
+    undo: impl Future<Output = Result<(), LockError>> + Send + 'static,
+) {
+    let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+        return;
+    };
+    runtime.spawn(async move {
+        if let Err(err) = undo.await {
+            tracing::debug!(%key, error = %Chain(&err), "{failed}");
+        }
+    });
+}
