@@ -47,11 +47,13 @@ local function offer(j)
   local at = 7 + 3 * (j - 1)
   return ARGV[at], ARGV[at + 1], ARGV[at + 2] == '1'
 end
--- A waiter whose handoff answer was lost gives up its owner id and retires
--- it (see gone_key in prelude.lua); this call may run after that, and must
--- not hand the lock to an owner id nobody uses any more.
-local function retired(owner)
-  return redis.call('EXISTS', gone_key(KEYS[1], owner)) == 1
+-- Whether the lock may go to offer j: nobody holds or waits for its read
+-- side, and j's owner id is not retired (a waiter whose handoff answer was
+-- lost gives up its owner id and retires it, see gone_key in prelude.lua;
+-- this call may run after that, and must not hand the lock to an owner id
+-- nobody uses any more). One call asks both.
+local function clear(j)
+  return redis.call('EXISTS', KEYS[6], KEYS[7], KEYS[8], gone_key(KEYS[1], (offer(j)))) == 0
 end
 if held[1] and held[1] ~= ARGV[1] and ARGV[2] == '1' and held[6] == ARGV[1] then
   for j = 1, m do
@@ -67,7 +69,7 @@ if held[1] == ARGV[1] and (ARGV[2] == '1' or held[2] == '1') and ARGV[3] == '0' 
     for j = 1, m do
       local owner, _, fair = offer(j)
       if fair and owner == first then
-        if not retired(owner) then
+        if clear(j) then
           chosen = j
         end
         break
@@ -75,14 +77,21 @@ if held[1] == ARGV[1] and (ARGV[2] == '1' or held[2] == '1') and ARGV[3] == '0' 
     end
   elseif not held[4] or chain < tonumber(ARGV[5]) then
     for j = 1, m do
-      local owner, _, fair = offer(j)
-      if not fair and not retired(owner) then
-        chosen = j
-        break
+      local _, _, fair = offer(j)
+      if not fair then
+        if clear(j) then
+          chosen = j
+          break
+        end
+        -- Readers or their marks are in the way of every offer; otherwise
+        -- this one is retired, and the next plain offer may take it.
+        if redis.call('EXISTS', KEYS[6], KEYS[7], KEYS[8]) > 0 then
+          break
+        end
       end
     end
   end
-  if chosen and redis.call('EXISTS', KEYS[6], KEYS[7], KEYS[8]) == 0 then
+  if chosen then
     local fence = next_fence(KEYS[5], quarantine_at(ARGV, 7 + 3 * m))
     if fence then
       local owner, lease = offer(chosen)
