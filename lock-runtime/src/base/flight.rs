@@ -12,6 +12,7 @@
 //! own ([`AtomicWaker`]), and a wake-up wakes both slots without a lock.
 
 use std::future::Future;
+use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, TryLockError};
@@ -95,35 +96,55 @@ impl Flight {
         }
         let mut slot = match shared.future.try_lock() {
             Ok(slot) => slot,
-            // The other party polls it right now: that poll's wake-ups,
-            // and its end, wake this party too.
-            Err(TryLockError::WouldBlock) => return Poll::Pending,
-            // It panicked in the other party's poll (which got the panic):
-            // it is over.
+            // The other party polls it right now. A wake-up that comes
+            // during that poll may already have been spent on this party
+            // (woken, it found the future locked), and the other party may
+            // never be polled again: this party polls again as soon as it
+            // can, which is as soon as that poll ends (a poll does not
+            // wait for anything).
+            Err(TryLockError::WouldBlock) => {
+                cx.waker().wake_by_ref();
+                return Poll::Pending;
+            }
+            // A poll panicked without finishing it (see below): it is over.
             Err(TryLockError::Poisoned(poisoned)) => {
                 let mut slot = poisoned.into_inner();
                 *slot = None;
-                return self.finish();
+                return self.finish(party);
             }
         };
         let Some(future) = slot.as_mut() else {
             return Poll::Ready(());
         };
         let waker = Waker::from(shared.wakers.clone());
-        match future.as_mut().poll(&mut Context::from_waker(&waker)) {
-            Poll::Pending => Poll::Pending,
-            Poll::Ready(()) => {
+        let polled = catch_unwind(AssertUnwindSafe(|| {
+            future.as_mut().poll(&mut Context::from_waker(&waker))
+        }));
+        match polled {
+            Ok(Poll::Pending) => Poll::Pending,
+            Ok(Poll::Ready(())) => {
                 *slot = None;
                 drop(slot);
-                self.finish()
+                self.finish(party)
+            }
+            // The panic goes to this party; the other is told it is over.
+            Err(panic) => {
+                *slot = None;
+                drop(slot);
+                let _ = self.finish(party);
+                resume_unwind(panic)
             }
         }
     }
 
     /// Marks it done and wakes the party that did not finish it.
-    fn finish(&self) -> Poll<()> {
-        self.shared.done.store(true, Ordering::Release);
-        Wake::wake_by_ref(&self.shared.wakers);
+    fn finish(&self, by: Party) -> Poll<()> {
+        let shared = &*self.shared;
+        shared.done.store(true, Ordering::Release);
+        match by {
+            Party::Caller => shared.wakers.other.wake(),
+            Party::Other => shared.wakers.caller.wake(),
+        }
         Poll::Ready(())
     }
 }
@@ -174,6 +195,51 @@ mod tests {
             .unwrap();
         assert!(finished.await.is_ok(), "the future ran to its end");
         assert!(poll_once(&mut caller).await.is_ready());
+    }
+
+    /// A waker that counts its wake-ups.
+    #[derive(Default)]
+    struct Count(std::sync::atomic::AtomicUsize);
+
+    impl Wake for Count {
+        fn wake(self: Arc<Self>) {
+            self.0.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    #[test]
+    fn a_wake_up_spent_while_the_other_party_polls_is_not_lost() {
+        // The reply comes while the caller polls the future, and wakes the
+        // other party, which finds the future locked; the caller's poll
+        // then ends, and the caller is never polled again.
+        let other: Arc<Mutex<Option<Driven>>> = Arc::default();
+        let woken = Arc::new(Count::default());
+        let other_waker = Waker::from(woken.clone());
+        let (inside, reply) = (other.clone(), Arc::new(AtomicBool::new(false)));
+        let replied = reply.clone();
+        let waker_inside = other_waker.clone();
+        let flight = Flight::new(std::future::poll_fn(move |cx| {
+            if replied.load(Ordering::SeqCst) {
+                return Poll::Ready(());
+            }
+            replied.store(true, Ordering::SeqCst);
+            cx.waker().wake_by_ref();
+            let mut other = inside.lock().unwrap();
+            let other = other.as_mut().unwrap();
+            let polled = Pin::new(other).poll(&mut Context::from_waker(&waker_inside));
+            assert!(polled.is_pending(), "locked by the caller's poll");
+            Poll::Pending
+        }));
+        *other.lock().unwrap() = Some(flight.clone().driven_by(Party::Other));
+        let mut caller = flight.driven_by(Party::Caller);
+        let noop = Waker::noop();
+        let polled = Pin::new(&mut caller).poll(&mut Context::from_waker(noop));
+        assert!(polled.is_pending());
+        let before = woken.0.load(Ordering::SeqCst);
+        assert!(before > 0, "the other party is told to poll again");
+        let mut other = other.lock().unwrap().take().unwrap();
+        let polled = Pin::new(&mut other).poll(&mut Context::from_waker(&other_waker));
+        assert!(polled.is_ready(), "the other party finishes it");
     }
 
     #[tokio::test]

@@ -263,7 +263,7 @@ impl Node {
                     // A restarted server has forgotten the script: load it,
                     // and run the pipeline again (the script did not run).
                     Err(err) if err.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
-                        script.prepare_invoke().load_async(&mut conn).await?;
+                        script.load_async(&mut conn).await?;
                         pipe.query_async(&mut conn).await
                     }
                     other => other,
@@ -318,7 +318,7 @@ async fn evalsha<T: FromRedisValue>(
 ) -> redis::RedisResult<T> {
     match cmd.query_async(&mut conn).await {
         Err(err) if err.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
-            script.prepare_invoke().load_async(&mut conn).await?;
+            script.load_async(&mut conn).await?;
             cmd.query_async(&mut conn).await
         }
         other => other,

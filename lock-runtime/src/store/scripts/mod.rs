@@ -232,7 +232,7 @@ impl Call {
     /// its own first, then into the command).
     pub(crate) fn command(&self, sharded: bool, quarantine: &Quarantine) -> Cmd {
         let script = self.script.get(sharded);
-        let mut cmd = evalsha(script, 2 + self.keys.len() + self.arg_count(), self.size());
+        let mut cmd = eval_command(script, 1 + self.keys.len() + self.arg_count(), self.size());
         cmd.arg(self.keys.len());
         for key in self.keys.iter() {
             cmd.arg(key);
@@ -257,7 +257,7 @@ impl Call {
             args += call.arg_count();
             size += call.size();
         }
-        let mut batch = evalsha(script, 2 + keys + args, size + 8 * args);
+        let mut batch = eval_command(script, 1 + keys + args, size + 8 * args);
         // EVALSHA sha numkeys KEYS... ARGV...: every call's keys, then the
         // number of calls, each one's numbers of keys and of arguments,
         // and every call's arguments.
@@ -312,9 +312,9 @@ impl Call {
     }
 }
 
-/// An `EVALSHA` of `script` with room for `args` more arguments (the key
+/// An `EVALSHA` of `script`, with room for `args` more arguments (the key
 /// count, the keys and the script's arguments) of about `size` bytes.
-fn evalsha(script: &Script, args: usize, size: usize) -> Cmd {
+fn eval_command(script: &Script, args: usize, size: usize) -> Cmd {
     let mut cmd = Cmd::with_capacity(2 + args, 64 + size + 4 * args);
     cmd.arg("EVALSHA").arg(script.get_hash());
     cmd
@@ -460,6 +460,46 @@ impl Quarantine {
             seen: "".into(),
             length: Duration::ZERO,
             strict: false,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::base::keys::LockKeys;
+    use crate::store::scripts::calls::{self, Asker};
+
+    /// A call's command is byte for byte the one redis-rs's
+    /// `ScriptInvocation` sends for the same script, keys and arguments.
+    #[test]
+    fn a_command_is_what_a_script_invocation_sends() {
+        let locks = [LockKeys::new("lock:", "a"), LockKeys::new("lock:", "b")];
+        let quarantine = Quarantine {
+            seen: "0123abcd".into(),
+            length: Duration::from_secs(30),
+            strict: true,
+        };
+        let owner = "client:7";
+        let acquire = calls::acquire(
+            &locks,
+            Asker::fresh(owner),
+            Duration::from_secs(30),
+            Duration::ZERO,
+        );
+        let stored = Stored::for_kind(Kind::Exclusive, &locks[0]);
+        let release = calls::release(&locks, &stored, owner, Giving::ONE);
+        for call in [acquire, release] {
+            for sharded in [false, true] {
+                let mut by_redis = redis::pipe();
+                by_redis.invoke_script(&call.invocation(sharded, &quarantine));
+                assert_eq!(
+                    call.command(sharded, &quarantine).get_packed_command(),
+                    by_redis.get_packed_pipeline(),
+                    "{} (sharded: {sharded})",
+                    call.script_name()
+                );
+            }
         }
     }
 }
