@@ -9,6 +9,7 @@ use lock_chaos::{checker, clock, orchestrator, report};
 use tokio::runtime::Runtime;
 
 fn main() -> ExitCode {
+    logs();
     let args: Vec<String> = std::env::args().skip(1).collect();
     if args.first().map(String::as_str) == Some("__worker") {
         return run_worker(&args[1..]);
@@ -48,6 +49,34 @@ fn main() -> ExitCode {
         return ExitCode::from(2);
     }
     verdict(&runs)
+}
+
+/// With `RUST_LOG` set (e.g. `lock_runtime=debug`), the runtime's logs of
+/// this process go to stderr, stamped with [`clock::now_us`] in ms (the
+/// same clock in every worker), the process id and the thread.
+fn logs() {
+    struct Monotonic;
+    impl tracing_subscriber::fmt::time::FormatTime for Monotonic {
+        fn format_time(
+            &self,
+            w: &mut tracing_subscriber::fmt::format::Writer<'_>,
+        ) -> std::fmt::Result {
+            write!(
+                w,
+                "{:.1} ms [{}]",
+                clock::now_us() as f64 / 1000.0,
+                std::process::id()
+            )
+        }
+    }
+    if std::env::var_os("RUST_LOG").is_some() {
+        tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+            .with_timer(Monotonic)
+            .with_thread_names(true)
+            .with_writer(std::io::stderr)
+            .init();
+    }
 }
 
 /// Worker mode: the arguments after `__worker`.

@@ -307,7 +307,9 @@ Durations: 500ms, 1s, 1.5s, 2m, 1m30s. The single-server runs share one fault
 plan: each goes on where the previous kind's run stopped, so that short runs
 together inject every kind of fault. The exit code is 1 when a safety figure
 is not 0 in a run that must be safe (all but the measured ones: sentinel
-without min_replicas, eviction), 2 when the run could not be carried out.";
+without min_replicas, eviction), 2 when the run could not be carried out.
+With RUST_LOG set (e.g. RUST_LOG=lock_runtime=debug), every process prints
+the runtime's logs on stderr, stamped with CLOCK_MONOTONIC in ms and its pid.";
 
 /// What to run.
 #[derive(Debug, Clone, PartialEq)]
