@@ -43,6 +43,10 @@ struct Shared {
     /// The future, until it is done; locked only while one party polls it.
     future: Mutex<Option<BoxFuture<'static, ()>>>,
     done: AtomicBool,
+    /// An `Arc` of their own, not `Shared` itself as the waker: the future
+    /// keeps the waker it is polled with (in the reply's channel), and a
+    /// waker that owned the future would keep a flight that both parties
+    /// dropped unfinished alive for good.
     wakers: Arc<Wakers>,
 }
 

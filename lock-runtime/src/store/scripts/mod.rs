@@ -293,9 +293,8 @@ impl Call {
             cmd.arg(arg);
         }
         if self.quarantined {
-            cmd.arg(&*quarantine.seen)
-                .arg(quarantine.length.as_millis() as u64)
-                .arg(if quarantine.strict { "1" } else { "0" });
+            let (seen, length, strict) = quarantine.args();
+            cmd.arg(seen).arg(length).arg(strict);
         }
     }
 
@@ -304,9 +303,8 @@ impl Call {
     fn quarantined_args(&self, quarantine: &Quarantine) -> Vec<String> {
         let mut args = self.args.to_vec();
         if self.quarantined {
-            args.push(quarantine.seen.to_string());
-            args.push((quarantine.length.as_millis() as u64).to_string());
-            args.push(if quarantine.strict { "1" } else { "0" }.to_owned());
+            let (seen, length, strict) = quarantine.args();
+            args.extend([seen.to_owned(), length.to_string(), strict.to_owned()]);
         }
         args
     }
@@ -453,6 +451,13 @@ pub(crate) struct Quarantine {
 }
 
 impl Quarantine {
+    /// The three arguments an acquire script gets last, in order: the run
+    /// ids seen, the length in milliseconds, and `1` when strict.
+    fn args(&self) -> (&str, u64, &'static str) {
+        let length = u64::try_from(self.length.as_millis()).unwrap_or(u64::MAX);
+        (&self.seen, length, if self.strict { "1" } else { "0" })
+    }
+
     /// No quarantine: a restart is not waited out.
     #[cfg(test)]
     pub(crate) fn none() -> Quarantine {
