@@ -220,3 +220,48 @@ async fn an_acquire_dropped_while_its_call_is_on_its_way_leaves_nothing_behind()
     server.resume();
     free_for_another(&server, &name).await;
 }
+
+/// A long stall (many command timeouts) in which the connection is replaced
+/// between an acquire and its give-back: the acquire went out on the old
+/// connection and runs when Redis resumes, while every try of the give-back
+/// waited for a new connection that Redis, stalled, never let it write on.
+/// The next try would come only after a pause grown long over the stall
+/// (doubling from the command timeout); instead, the give-back is sent
+/// again as soon as Redis answers this client again, so that another task
+/// of this client waiting for the lock gets it well within the lease.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_give_back_held_up_by_a_long_stall_goes_out_once_redis_answers_again() {
+    let server = Arc::new(RedisServer::start());
+    let timeout = Duration::from_millis(100);
+    let locks = impatient(&server, timeout).await;
+    warm_up(&server, &locks).await;
+    let (first, name) = (unique_key("cut-first"), unique_key("cut-long"));
+    // Long enough that the give-back's tries (pauses of 100 ms doubling,
+    // with up to a quarter more) left the next one over a second after it.
+    let resume = stall(&server, Duration::from_millis(2600));
+    // Two acquires in flight on one connection, timing out in turn: the
+    // second timeout in a row replaces the connection before the second
+    // acquire's give-back is sent.
+    let before = locks.lock(first.as_str()).try_acquire();
+    let tried = async {
+        tokio::time::sleep(timeout / 5).await;
+        locks.lock(name.as_str()).try_acquire().await
+    };
+    let (before, tried) = tokio::join!(before, tried);
+    assert!(before.is_err() && tried.is_err(), "Redis is stalled");
+    resume.await.expect("resumed");
+    let started = std::time::Instant::now();
+    let waited = locks
+        .lock(name.as_str())
+        .wait(Duration::from_secs(1))
+        .acquire()
+        .await;
+    let guard = waited.unwrap_or_else(|err| {
+        panic!(
+            "`{name}` stayed taken after Redis resumed ({err}); holder: {:?}",
+            server.cli(&["HGETALL", &lock_key(&name)])
+        )
+    });
+    assert!(started.elapsed() < Duration::from_secs(1));
+    ok(&server, guard.release().await);
+}

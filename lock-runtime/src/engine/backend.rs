@@ -54,6 +54,7 @@ use crate::base::config::Replicas;
 use crate::base::error::{Chain, LockError};
 use crate::base::keys::{LockKeys, slot};
 use crate::base::kind::Kind;
+use crate::store::answers::AnsweringAgain;
 use crate::store::connection::USER_TIMEOUT;
 use crate::store::node::Node;
 use crate::store::scripts::calls::{Asker, Asking, Next};
@@ -202,6 +203,15 @@ pub(crate) const GIVE_BACK_FOR: Duration = Duration::from_secs(600);
 /// The longest pause between two tries of such a give-back.
 const GIVE_BACK_PAUSE_AT_MOST: Duration = Duration::from_secs(5);
 
+/// Ready once any of the stores answers again (see [`AnsweringAgain`]).
+async fn answering_again(stores: &mut [AnsweringAgain]) {
+    if stores.is_empty() {
+        return std::future::pending().await;
+    }
+    let each = stores.iter_mut().map(|store| Box::pin(store.next()));
+    futures_util::future::select_all(each).await;
+}
+
 /// A duration between zero and `most`, different from call to call (the
 /// clock's nanoseconds): enough to spread retries apart, no randomness
 /// that anything depends on.
@@ -301,8 +311,9 @@ impl Backend {
     /// safe to give back any number of times): first after `again_after`,
     /// then ever less often (with a little jitter, so that the give-backs
     /// of many calls cut short by one outage do not all arrive at once),
-    /// for [`GIVE_BACK_FOR`] at most. It stops early when `closing` is
-    /// cancelled: the client stopped.
+    /// and at once whenever a store answers again after calls to it went
+    /// unanswered (the outage is over), for [`GIVE_BACK_FOR`] at most. It
+    /// stops early when `closing` is cancelled: the client stopped.
     ///
     /// A lock its holder asked to keep taken until `keep_until` (see
     /// `LockRequest::lock_at_least`) is kept until then.
@@ -317,6 +328,16 @@ impl Backend {
     ) -> Option<Vec<Released>> {
         let until = Instant::now() + GIVE_BACK_FOR;
         let mut pause = again_after;
+        // Each store's answers from now on: a store that answers again
+        // (after calls to it went unanswered) ends the pause at once. The
+        // give-back's own tries may all have waited for a connection that
+        // a stalled server never let them write on, while the call that
+        // granted the lock went out before, on the connection replaced
+        // since: it runs when the server resumes, and would keep the lock
+        // until the next try, after a pause that grew while the stall
+        // lasted.
+        let mut answering: Vec<AnsweringAgain> =
+            self.nodes().iter().map(Node::answering_again).collect();
         loop {
             let giving = Giving {
                 retire: RETIRED_FOR,
@@ -335,6 +356,7 @@ impl Backend {
                     tracing::debug!(key = %name, error = %Chain(&err), "giving back a lock whose grant went unanswered failed; trying again");
                     tokio::select! {
                         () = tokio::time::sleep(pause + jitter(pause / 4)) => {}
+                        () = answering_again(&mut answering) => {}
                         () = closing.cancelled() => return None,
                     }
                     pause = (pause * 2).min(GIVE_BACK_PAUSE_AT_MOST);

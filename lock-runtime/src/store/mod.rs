@@ -2,6 +2,7 @@
 //! followed master, a Cluster), the Lua scripts and typed calls to them,
 //! and the in-memory server that runs the same scripts (feature `memory`).
 
+pub(crate) mod answers;
 pub(crate) mod coalesce;
 pub(crate) mod connection;
 pub(crate) mod deployment;

@@ -12,6 +12,7 @@ use redis::{ErrorKind, FromRedisValue, ServerErrorKind, Value};
 
 use crate::base::config::Replicas;
 use crate::base::error::{Chain, LockError, is_read_only};
+use crate::store::answers::{AnsweringAgain, Answers};
 use crate::store::coalesce::{Coalescer, Failure, Lane, Reply, Transport};
 use crate::store::connection::Conn;
 use crate::store::scripts::{
@@ -35,6 +36,8 @@ pub(crate) struct Node {
     /// Acquisitions and releases waiting to go together; `None`: every
     /// call goes alone (see [`Node::uncoalesced`]).
     coalescer: Option<Arc<Coalescer>>,
+    /// Whether its calls are answered (see [`Node::answering_again`]).
+    answers: Arc<Answers>,
 }
 
 impl Node {
@@ -51,6 +54,7 @@ impl Node {
             quarantine,
             sharded,
             coalescer: Some(Arc::default()),
+            answers: Arc::default(),
         }
     }
 
@@ -65,6 +69,12 @@ impl Node {
             coalescer: None,
             ..self
         }
+    }
+
+    /// Hears of the times this store answers again after calls to it went
+    /// unanswered (timed out, or a connection failed).
+    pub(crate) fn answering_again(&self) -> AnsweringAgain {
+        self.answers.watch()
     }
 
     /// The command connection and the timeout each call gets: for the
@@ -208,6 +218,37 @@ impl Node {
         within(self.timeout, None, conn.info(section)).await
     }
 
+    /// Tells `conn` and this store's [`Answers`] whether a call on `conn`
+    /// was answered (an error reply is an answer too), so that the
+    /// connection can replace itself after repeated timeouts, and work
+    /// waiting out an outage goes on when it ends.
+    fn noted<T>(&self, conn: &Conn, result: Result<T, LockError>) -> Result<T, LockError> {
+        match &result {
+            Ok(_) => self.answered(conn),
+            Err(err) => self.note(conn, err),
+        }
+        result
+    }
+
+    fn answered(&self, conn: &Conn) {
+        conn.answered();
+        self.answers.answered();
+    }
+
+    /// Tells the connection whether a failed call was answered (see
+    /// [`noted`](Self::noted)).
+    fn note(&self, conn: &Conn, err: &LockError) {
+        match err {
+            LockError::CommandTimeout { .. } => {
+                conn.timed_out();
+                self.answers.unanswered();
+            }
+            LockError::Redis { .. } | LockError::WrongType { .. } => self.answered(conn),
+            LockError::Unavailable { .. } => self.answers.unanswered(),
+            _ => {}
+        }
+    }
+
     async fn run_on<T: FromRedisValue>(
         &self,
         conn: &Conn,
@@ -220,7 +261,7 @@ impl Node {
             call.script(self.sharded),
         );
         let invoke = || evalsha(conn.clone(), &cmd, script);
-        noted(
+        self.noted(
             conn,
             within(
                 timeout,
@@ -270,7 +311,7 @@ impl Node {
                 }
             }
         };
-        noted(
+        self.noted(
             conn,
             within(
                 self.timeout + replicas.timeout,
@@ -299,9 +340,9 @@ impl Transport for Node {
             let invoke = || evalsha::<Value>(conn.clone(), &cmd, script);
             let reply = bounded(node.timeout, retried(conn.is_cluster(), idempotent, invoke)).await;
             if let Err(failure) = &reply {
-                note(conn, &failure.clone().error(None, node.timeout));
+                node.note(conn, &failure.clone().error(None, node.timeout));
             } else {
-                conn.answered();
+                node.answered(conn);
             }
             reply
         })
@@ -383,25 +424,6 @@ fn replicated(name: Option<&str>, replicas: Replicas, acked: u32) -> Result<(), 
             acked,
             after: replicas.timeout,
         })
-    }
-}
-
-/// Tells `conn` whether a call on it was answered (an error reply is an
-/// answer too), so that it can replace itself after repeated timeouts.
-fn noted<T>(conn: &Conn, result: Result<T, LockError>) -> Result<T, LockError> {
-    match &result {
-        Ok(_) => conn.answered(),
-        Err(err) => note(conn, err),
-    }
-    result
-}
-
-/// Tells the connection whether a failed call was answered (see [`noted`]).
-fn note(conn: &Conn, err: &LockError) {
-    match err {
-        LockError::CommandTimeout { .. } => conn.timed_out(),
-        LockError::Redis { .. } | LockError::WrongType { .. } => conn.answered(),
-        _ => {}
     }
 }
 
