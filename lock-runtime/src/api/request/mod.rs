@@ -21,7 +21,7 @@ use crate::base::kind::Kind;
 use crate::base::telemetry::{self, Acquiring, Hold, Tracked};
 use crate::engine::backend::{Attempt, Times};
 use crate::engine::handoffs::{Answer, Offered};
-use crate::engine::wakeups::Wake;
+use crate::engine::wakeups::{Wake, Watch};
 use crate::engine::watchdog::{Acquisition, DECLARE_EARLY};
 use crate::store::scripts::calls::Asking;
 use crate::store::scripts::{Acquired, Giving, Stored, Taken};
@@ -68,6 +68,36 @@ pub struct LockRequest {
 }
 
 /// How one attempt to take a request's locks ended, short of an error.
+/// An acquisition under way: what its setup and first attempt leave for
+/// its wait (see [`LockRequest::begin`]). Fields are dropped in the order
+/// they are declared here, the reverse of the order they are made: an
+/// early registration first, then the turn marks, and what an unsettled
+/// grant may hold last (as the wait's own bindings are).
+struct Underway<'a> {
+    keys: &'a [LockKeys],
+    /// A re-entry of locks an enclosing critical section holds.
+    reentry: bool,
+    /// How a re-entry asks for each lock (empty: afresh).
+    asking: String,
+    owner: Arc<str>,
+    /// A fair waiter's registration for its turn, made before its first
+    /// attempt.
+    early: Option<Watch>,
+    /// Turn marks, taken back if it stops waiting without the locks.
+    marked: Option<Waiting<'a>>,
+    /// Given back if the acquisition ends without the locks.
+    unsettled: Unsettled<'a>,
+    started: Instant,
+    deadline: Instant,
+    /// Queued behind this process's waiters: no first attempt.
+    behind: bool,
+    /// How long the first attempt found the lock taken for, if it said.
+    first_busy: Option<Duration>,
+    /// Until when the restart quarantine keeps the locks closed, when the
+    /// last attempt found only it in the way.
+    closed: Option<Instant>,
+}
+
 enum Outcome {
     Taken(LockGuard),
     /// Another owner holds at least one of the locks, for this much longer
@@ -372,6 +402,9 @@ impl LockRequest {
         result
     }
 
+    /// Takes the locks: sets the acquisition up, makes its first attempt
+    /// (unless it queues behind this process's waiters), and waits if that
+    /// did not end it.
     async fn acquire_inner(mut self, span: &tracing::Span) -> Result<LockGuard, LockError> {
         self.check()?;
         let inner = &self.client.inner;
@@ -381,64 +414,136 @@ impl LockRequest {
             .map(|name| LockKeys::new(&inner.config.prefix, name))
             .collect();
         let (scoped, asking) = self.enclosing(&keys)?;
-        let mut owner = scoped.clone().unwrap_or_else(|| self.client.new_owner());
+        let mut underway = self.begin(&keys, scoped, asking);
+        if !underway.behind
+            && let Some(done) = self.try_first(&mut underway, span).await
+        {
+            return done;
+        }
+        // Boxed: only a waiting acquisition pays for the wait's state, and
+        // the futures of the acquisitions nested inside critical sections
+        // stay small.
+        Box::pin(self.wait_for(underway, span)).await
+    }
+
+    /// Sets an acquisition up: its owner id (the enclosing critical
+    /// section's for a re-entry, else a fresh one), its deadline, the turn
+    /// marks it leaves, whether it queues behind this process's waiters,
+    /// and a fair waiter's early registration for its turn.
+    fn begin<'a>(
+        &'a self,
+        keys: &'a [LockKeys],
+        scoped: Option<Arc<str>>,
+        asking: String,
+    ) -> Underway<'a> {
+        let inner = &self.client.inner;
+        let owner = scoped.clone().unwrap_or_else(|| self.client.new_owner());
         // A fresh owner id whose acquire call got no answer (a timeout, a
         // connection lost), or whose call is cut short by the caller
         // dropping this future, may hold the locks with nobody using them:
         // what it may hold is given back if the request ends without a guard.
-        let mut unsettled = Unsettled::new(&self, &keys);
+        let unsettled = Unsettled::new(self, keys);
         let started = Instant::now();
         let deadline = deadline_after(started, self.wait);
         // If it stops waiting without the lock, it takes its marks back.
-        let mut marked = self
+        let marked = self
             .marks_turns()
-            .then(|| Waiting::new(&self, &keys, &owner, Trace::Marks));
-        let behind = self.queues_behind(&keys, scoped.is_some());
-        let mut early = self.registers_early(&keys).then(|| {
+            .then(|| Waiting::new(self, keys, &owner, Trace::Marks));
+        let behind = self.queues_behind(keys, scoped.is_some());
+        let early = self.registers_early(keys).then(|| {
             let channel = keys[0].channel();
             inner
                 .wakeups
                 .watch([channel.as_str()], Wake::Named(owner.clone()))
         });
-        // How long the first attempt found the lock taken for, if it said.
-        let mut first_busy = None;
-        // Until when the restart quarantine keeps the locks closed, when the
-        // last attempt found only it in the way.
-        let mut closed = None;
-        if !behind {
-            unsettled.arm(&owner, &asking);
-            let first = self.attempt(&keys, (&owner, &asking), deadline, span).await;
-            unsettled.after(&first);
-            match first {
-                Ok(Outcome::Taken(guard)) => {
-                    Waiting::taken(&mut marked);
-                    return Ok(guard);
-                }
-                Ok(Outcome::Busy { ttl, quarantined }) if self.wait.is_zero() => {
-                    return Err(self.timeout(started, closed_until(inner, quarantined, ttl)));
-                }
-                Ok(Outcome::Busy { ttl, quarantined }) => {
-                    first_busy = ttl;
-                    closed = closed_until(inner, quarantined, ttl);
-                }
-                Ok(Outcome::Abandon(err)) | Err(err)
-                    if self.wait.is_zero() || !err.is_unavailable() || scoped.is_some() =>
-                {
-                    return Err(err);
-                }
-                Ok(Outcome::Abandon(_)) | Err(_) => {
-                    owner = self.abandon(&keys, owner);
-                    unsettled.settle();
-                    Waiting::new_owner(&mut marked, &owner);
-                    // Registered under the old owner id.
-                    early = None;
-                }
+        Underway {
+            keys,
+            reentry: scoped.is_some(),
+            asking,
+            owner,
+            early,
+            marked,
+            unsettled,
+            started,
+            deadline,
+            behind,
+            first_busy: None,
+            closed: None,
+        }
+    }
+
+    /// The first attempt: `Some` with the acquisition's result when it
+    /// ends it (taken, refused, or busy with no wait), `None` when the
+    /// acquisition goes on to wait.
+    async fn try_first(
+        &self,
+        underway: &mut Underway<'_>,
+        span: &tracing::Span,
+    ) -> Option<Result<LockGuard, LockError>> {
+        let inner = &self.client.inner;
+        let a = underway;
+        a.unsettled.arm(&a.owner, &a.asking);
+        let first = self
+            .attempt(a.keys, (&a.owner, &a.asking), a.deadline, span)
+            .await;
+        a.unsettled.after(&first);
+        match first {
+            Ok(Outcome::Taken(guard)) => {
+                Waiting::taken(&mut a.marked);
+                Some(Ok(guard))
+            }
+            Ok(Outcome::Busy { ttl, quarantined }) if self.wait.is_zero() => Some(Err(
+                self.timeout(a.started, closed_until(inner, quarantined, ttl))
+            )),
+            Ok(Outcome::Busy { ttl, quarantined }) => {
+                a.first_busy = ttl;
+                a.closed = closed_until(inner, quarantined, ttl);
+                None
+            }
+            Ok(Outcome::Abandon(err)) | Err(err)
+                if self.wait.is_zero() || !err.is_unavailable() || a.reentry =>
+            {
+                Some(Err(err))
+            }
+            Ok(Outcome::Abandon(_)) | Err(_) => {
+                a.owner = self.abandon(a.keys, a.owner.clone());
+                a.unsettled.settle();
+                Waiting::new_owner(&mut a.marked, &a.owner);
+                // Registered under the old owner id.
+                a.early = None;
+                None
             }
         }
+    }
 
+    /// Waits for the locks until the deadline: sleeps until a release is
+    /// published, the holder's lease would run out, or a release of this
+    /// client hands the lock on, and tries again.
+    async fn wait_for(
+        &self,
+        underway: Underway<'_>,
+        span: &tracing::Span,
+    ) -> Result<LockGuard, LockError> {
+        let inner = &self.client.inner;
+        // Bound in the order they were made, so that they are dropped (and
+        // take back what they left) in the reverse order, as before.
+        let Underway {
+            keys,
+            reentry,
+            asking,
+            mut owner,
+            mut unsettled,
+            mut marked,
+            early,
+            started,
+            deadline,
+            behind,
+            first_busy,
+            mut closed,
+        } = underway;
         tracing::debug!(wait = ?self.wait, "lock busy; waiting");
         let _waiter = telemetry::Waiter::new(self.metric_kind());
-        let wake = self.wake(&keys, &owner);
+        let wake = self.wake(keys, &owner);
         let registered_early = early.is_some();
         let watch = early.unwrap_or_else(|| {
             let channels: Vec<String> = keys.iter().map(LockKeys::channel).collect();
@@ -450,7 +555,7 @@ impl LockRequest {
         // it stops waiting without the lock.
         let mut in_line = self
             .waits_in_line()
-            .then(|| Waiting::new(&self, &keys, &owner, Trace::PlaceInLine));
+            .then(|| Waiting::new(self, keys, &owner, Trace::PlaceInLine));
         tokio::select! {
             _ = watch.subscribed() => {}
             _ = tokio::time::sleep_until(deadline) => {}
@@ -460,12 +565,10 @@ impl LockRequest {
         let mut last_error: Option<LockError>;
         let mut wait_in_turn = behind || registered_early;
         let fair = self.waits_in_line();
-        let offers = self
-            .takes_handoffs(&keys, scoped.is_some())
-            .then_some(&inner.offers);
+        let offers = self.takes_handoffs(keys, reentry).then_some(&inner.offers);
         let mut handed = None;
         // What a waiter dropped with an answer it never read may hold.
-        let give_back = |owner: Arc<str>| self.give_back_for(&keys, owner);
+        let give_back = |owner: Arc<str>| self.give_back_for(keys, owner);
         // When this waiter last tried: one that is told to wait on still
         // tries at least every FAIR_RETRY, which keeps its place in line
         // (and its marks) from lapsing.
@@ -490,7 +593,7 @@ impl LockRequest {
             } else {
                 tried_at = now;
                 unsettled.arm(&owner, &asking);
-                let attempt = self.attempt(&keys, (&owner, &asking), deadline, span).await;
+                let attempt = self.attempt(keys, (&owner, &asking), deadline, span).await;
                 unsettled.after(&attempt);
                 attempt
             };
@@ -510,9 +613,7 @@ impl LockRequest {
                     ttl.map_or(deadline, |ttl| now + ttl + Duration::from_millis(1))
                 }
                 // Redis unreachable or slow: keep trying within the wait.
-                Ok(Outcome::Abandon(err)) | Err(err)
-                    if err.is_unavailable() && scoped.is_none() =>
-                {
+                Ok(Outcome::Abandon(err)) | Err(err) if err.is_unavailable() && !reentry => {
                     tracing::debug!(error = %Chain(&err), "acquire failed; retrying");
                     // A fair waiter keeps its owner id, and so its place in
                     // line, after an acquire call that got no answer: a
@@ -528,7 +629,7 @@ impl LockRequest {
                             LockError::Unavailable { .. } | LockError::CommandTimeout { .. }
                         );
                     if !kept {
-                        owner = self.abandon(&keys, owner);
+                        owner = self.abandon(keys, owner);
                         unsettled.settle();
                         Waiting::new_owner(&mut marked, &owner);
                         Waiting::new_owner(&mut in_line, &owner);
@@ -575,7 +676,7 @@ impl LockRequest {
             match answer {
                 Some(Answer::Handed { fence, sent }) => {
                     let taken = [Taken { fence, count: 1 }];
-                    handed = Some(self.grant(&keys, &owner, &taken, (sent, None), span).await);
+                    handed = Some(self.grant(keys, &owner, &taken, (sent, None), span).await);
                 }
                 // The handoff failed or was dropped, so the lock may or may
                 // not be this owner id's. A fair waiter tries again under
@@ -585,7 +686,7 @@ impl LockRequest {
                 // new owner id.
                 Some(Answer::Unknown) if fair => {}
                 Some(Answer::Unknown) => {
-                    owner = self.abandon(&keys, owner);
+                    owner = self.abandon(keys, owner);
                     Waiting::new_owner(&mut marked, &owner);
                 }
                 // Handed to another waiter of this client, so still taken:
