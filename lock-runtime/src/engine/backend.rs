@@ -311,9 +311,10 @@ impl Backend {
     /// safe to give back any number of times): first after `again_after`,
     /// then ever less often (with a little jitter, so that the give-backs
     /// of many calls cut short by one outage do not all arrive at once),
-    /// and at once whenever a store answers again after calls to it went
-    /// unanswered (the outage is over), for [`GIVE_BACK_FOR`] at most. It
-    /// stops early when `closing` is cancelled: the client stopped.
+    /// and at once when a store answers a call of this client again after
+    /// calls to it went unanswered (the outage is over; once per pause at
+    /// most), for [`GIVE_BACK_FOR`] at most. It stops early when `closing`
+    /// is cancelled: the client stopped.
     ///
     /// A lock its holder asked to keep taken until `keep_until` (see
     /// `LockRequest::lock_at_least`) is kept until then.
@@ -338,6 +339,7 @@ impl Backend {
         // lasted.
         let mut answering: Vec<AnsweringAgain> =
             self.nodes().iter().map(Node::answering_again).collect();
+        let mut early = true;
         loop {
             let giving = Giving {
                 retire: RETIRED_FOR,
@@ -354,11 +356,16 @@ impl Backend {
                 }
                 Err(err) => {
                     tracing::debug!(key = %name, error = %Chain(&err), "giving back a lock whose grant went unanswered failed; trying again");
-                    tokio::select! {
-                        () = tokio::time::sleep(pause + jitter(pause / 4)) => {}
-                        () = answering_again(&mut answering) => {}
+                    let woken = tokio::select! {
+                        () = tokio::time::sleep(pause + jitter(pause / 4)) => false,
+                        () = answering_again(&mut answering), if early => true,
                         () = closing.cancelled() => return None,
-                    }
+                    };
+                    // Once per pause at most: a store that answers some
+                    // calls but not this one's (a Cluster with one shard
+                    // out, whose other shards answer) would otherwise
+                    // wake every give-back after each of its answers.
+                    early = !woken;
                     pause = (pause * 2).min(GIVE_BACK_PAUSE_AT_MOST);
                 }
             }

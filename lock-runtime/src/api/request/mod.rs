@@ -67,7 +67,6 @@ pub struct LockRequest {
     write: bool,
 }
 
-/// How one attempt to take a request's locks ended, short of an error.
 /// An acquisition under way: what its setup and first attempt leave for
 /// its wait (see [`LockRequest::begin`]). Fields are dropped in the order
 /// they are declared here, the reverse of the order they are made: an
@@ -98,6 +97,7 @@ struct Underway<'a> {
     closed: Option<Instant>,
 }
 
+/// How one attempt to take a request's locks ended, short of an error.
 enum Outcome {
     Taken(LockGuard),
     /// Another owner holds at least one of the locks, for this much longer
