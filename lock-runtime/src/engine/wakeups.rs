@@ -356,6 +356,30 @@ impl Watch {
             None => &self.channels[0].notify,
         }
     }
+
+    /// The same notification as [`notify`](Self::notify), as a handle that
+    /// does not borrow the watch: a waiter registers for it before an
+    /// attempt and sleeps on it after, while the steps in between change
+    /// the waiter that owns the watch.
+    pub(crate) fn notifier(&self) -> Notifier {
+        Notifier {
+            own: self.own.clone(),
+            channel: self.channels[0].clone(),
+        }
+    }
+}
+
+/// A handle on a [`Watch`]'s notification (see [`Watch::notifier`]).
+pub(crate) struct Notifier {
+    own: Option<Arc<Notify>>,
+    channel: Arc<Channel>,
+}
+
+impl Notifier {
+    /// The notification a release (or a resubscription) sends.
+    pub(crate) fn notify(&self) -> &Notify {
+        self.own.as_deref().unwrap_or(&self.channel.notify)
+    }
 }
 
 impl Drop for Watch {

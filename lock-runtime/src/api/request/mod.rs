@@ -1,8 +1,10 @@
-//! Taking a lock: the request builder and the waiting loop.
+//! Taking a lock: the request builder, the acquisition's setup and first
+//! attempt, and its wait (`wait.rs`).
 
 mod checks;
 mod policy;
 mod traces;
+mod wait;
 
 use std::pin::pin;
 use std::sync::Arc;
@@ -15,26 +17,18 @@ use crate::api::client::{Inner, LockClient};
 use crate::api::guard::{LockGuard, renewals};
 use crate::api::scope;
 use crate::base::config::Replicas;
-use crate::base::error::{Chain, LockError, LossReason};
+use crate::base::error::{LockError, LossReason};
 use crate::base::keys::LockKeys;
 use crate::base::kind::Kind;
 use crate::base::telemetry::{self, Acquiring, Hold, Tracked};
 use crate::engine::backend::{Attempt, Times};
-use crate::engine::handoffs::{Answer, Offered};
 use crate::engine::wakeups::{Wake, Watch};
 use crate::engine::watchdog::{Acquisition, DECLARE_EARLY};
 use crate::store::scripts::calls::Asking;
 use crate::store::scripts::{Acquired, Giving, Stored, Taken};
 
 use traces::{Trace, Unsettled, Waiting};
-
-/// First pause before retrying an acquire that failed to reach Redis; it
-/// doubles up to 500 ms.
-const RETRY_AFTER_ERROR: Duration = Duration::from_millis(25);
-
-/// How long a waiter sleeps between attempts while release messages cannot
-/// reach it (the pub/sub connection is down). Normal waiting does not poll.
-const FALLBACK_RETRY: Duration = Duration::from_millis(100);
+use wait::{Step, Wait};
 
 /// A lock about to be taken: set the lease and the wait, then
 /// [`acquire`](LockRequest::acquire). Made by [`LockClient::lock`], or by
@@ -518,184 +512,27 @@ impl LockRequest {
 
     /// Waits for the locks until the deadline: sleeps until a release is
     /// published, the holder's lease would run out, or a release of this
-    /// client hands the lock on, and tries again.
+    /// client hands the lock on, and tries again (see [`Wait`]).
     async fn wait_for(
         &self,
         underway: Underway<'_>,
         span: &tracing::Span,
     ) -> Result<LockGuard, LockError> {
-        let inner = &self.client.inner;
-        // Bound in the order they were made, so that they are dropped (and
-        // take back what they left) in the reverse order, as before.
-        let Underway {
-            keys,
-            reentry,
-            asking,
-            mut owner,
-            mut unsettled,
-            mut marked,
-            early,
-            started,
-            deadline,
-            behind,
-            first_busy,
-            mut closed,
-        } = underway;
-        tracing::debug!(wait = ?self.wait, "lock busy; waiting");
-        let _waiter = telemetry::Waiter::new(self.metric_kind());
-        let wake = self.wake(keys, &owner);
-        let registered_early = early.is_some();
-        let watch = early.unwrap_or_else(|| {
-            let channels: Vec<String> = keys.iter().map(LockKeys::channel).collect();
-            inner
-                .wakeups
-                .watch(channels.iter().map(String::as_str), wake)
-        });
-        // The first attempt put a fair waiter in line; it leaves the line if
-        // it stops waiting without the lock.
-        let mut in_line = self
-            .waits_in_line()
-            .then(|| Waiting::new(self, keys, &owner, Trace::PlaceInLine));
-        tokio::select! {
-            _ = watch.subscribed() => {}
-            _ = tokio::time::sleep_until(deadline) => {}
-            _ = inner.closing.cancelled() => return Err(LockError::ShutDown),
-        }
-        let mut backoff = RETRY_AFTER_ERROR;
-        let mut last_error: Option<LockError>;
-        let mut wait_in_turn = behind || registered_early;
-        let fair = self.waits_in_line();
-        let offers = self.takes_handoffs(keys, reentry).then_some(&inner.offers);
-        let mut handed = None;
-        // What a waiter dropped with an answer it never read may hold.
-        let give_back = |owner: Arc<str>| self.give_back_for(keys, owner);
-        // When this waiter last tried: one that is told to wait on still
-        // tries at least every FAIR_RETRY, which keeps its place in line
-        // (and its marks) from lapsing.
-        let mut tried_at = Instant::now();
+        let mut wait = Wait::start(self, underway, span).await?;
+        let notifier = wait.watch.notifier();
         loop {
             // Register for the wake-up before trying, so that a release
             // between this attempt and the sleep below still wakes us.
-            let mut released = pin!(watch.notify().notified());
+            let mut released = pin!(notifier.notify().notified());
             released.as_mut().enable();
             let now = Instant::now();
-            let attempt = if let Some(handed) = handed.take() {
-                handed
-            } else if std::mem::take(&mut wait_in_turn) {
-                // Queued behind this process's waiters, or a fair waiter
-                // already registered for its turn: no holder's lease is
-                // known yet, so look again after a while in any case.
-                let look_again = self.lease.min(Duration::from_secs(3)) / 3;
-                Ok(Outcome::Busy {
-                    ttl: Some(first_busy.map_or(look_again, |ttl| ttl.min(look_again))),
-                    quarantined: false,
-                })
-            } else {
-                tried_at = now;
-                unsettled.arm(&owner, &asking);
-                let attempt = self.attempt(keys, (&owner, &asking), deadline, span).await;
-                unsettled.after(&attempt);
-                attempt
+            let attempt = wait.try_once(now).await;
+            let until = match wait.judge(attempt, now) {
+                Step::Done(result) => return result,
+                Step::SleepUntil(until) => until,
             };
-            let mut wake = match attempt {
-                Ok(Outcome::Taken(guard)) => {
-                    unsettled.settle();
-                    Waiting::taken(&mut in_line);
-                    Waiting::taken(&mut marked);
-                    watch.acquired();
-                    return Ok(guard);
-                }
-                // Sleep until the holder's lease would run out at the latest.
-                Ok(Outcome::Busy { ttl, quarantined }) => {
-                    last_error = None;
-                    closed = closed_until(inner, quarantined, ttl);
-                    tracing::trace!(?ttl, live = watch.is_live(), "still busy");
-                    ttl.map_or(deadline, |ttl| now + ttl + Duration::from_millis(1))
-                }
-                // Redis unreachable or slow: keep trying within the wait.
-                Ok(Outcome::Abandon(err)) | Err(err) if err.is_unavailable() && !reentry => {
-                    tracing::debug!(error = %Chain(&err), "acquire failed; retrying");
-                    // A fair waiter keeps its owner id, and so its place in
-                    // line, after an acquire call that got no answer: a
-                    // grant that call made is found as its own by the next
-                    // attempt (a re-entry, given back whole with the guard),
-                    // and given back if none comes. Not after a give-back
-                    // that got none (a grant too late, one not confirmed by
-                    // replicas or a quorum): arriving late, it could free a
-                    // later grant to the same owner id.
-                    let kept = in_line.is_some()
-                        && matches!(
-                            err,
-                            LockError::Unavailable { .. } | LockError::CommandTimeout { .. }
-                        );
-                    if !kept {
-                        owner = self.abandon(keys, owner);
-                        unsettled.settle();
-                        Waiting::new_owner(&mut marked, &owner);
-                        Waiting::new_owner(&mut in_line, &owner);
-                    }
-                    last_error = Some(err);
-                    backoff = (backoff * 2).min(Duration::from_millis(500));
-                    now + backoff
-                }
-                Ok(Outcome::Abandon(err)) | Err(err) => return Err(err),
-            };
-            if Instant::now() >= deadline {
-                return Err(last_error.unwrap_or_else(|| self.timeout(started, closed)));
-            }
-            if !watch.is_live() {
-                wake = wake.min(now + FALLBACK_RETRY);
-            }
-            if in_line.is_some() {
-                wake = wake.min(now + FAIR_RETRY);
-            }
-            let mut offered = offers
-                .map(|offers| offers.offer(&keys[0].lock, &owner, (self.lease, fair), &give_back));
-            let answer = tokio::select! {
-                _ = released => None,
-                _ = tokio::time::sleep_until(wake.min(deadline)) => None,
-                answer = answer_to(&mut offered) => Some(answer),
-                // Taken back like any withdrawn offer (see `Offered`).
-                _ = inner.closing.cancelled() => return Err(LockError::ShutDown),
-            };
-            // Not answered yet: withdrawn before trying again, or, when a
-            // release took it meanwhile, its answer awaited (trying under
-            // the same owner id now would count as a re-entry).
-            let answer = match (answer, offered) {
-                (Some(answer), _) => Some(answer),
-                // Bounded by the wait: a waiter dropped with its answer
-                // unread gives back what it may hold (see `Offered`).
-                (None, Some(offered)) => tokio::select! {
-                    answer = offered.withdraw() => answer,
-                    _ = tokio::time::sleep_until(deadline) => {
-                        return Err(self.timeout(started, closed));
-                    }
-                },
-                (None, None) => None,
-            };
-            match answer {
-                Some(Answer::Handed { fence, sent }) => {
-                    let taken = [Taken { fence, count: 1 }];
-                    handed = Some(self.grant(keys, &owner, &taken, (sent, None), span).await);
-                }
-                // The handoff failed or was dropped, so the lock may or may
-                // not be this owner id's. A fair waiter tries again under
-                // it, keeping its place in line: a lock handed to it counts
-                // as a re-entry, given back whole with the guard. A plain
-                // waiter gives back what it may hold and goes on under a
-                // new owner id.
-                Some(Answer::Unknown) if fair => {}
-                Some(Answer::Unknown) => {
-                    owner = self.abandon(keys, owner);
-                    Waiting::new_owner(&mut marked, &owner);
-                }
-                // Handed to another waiter of this client, so still taken:
-                // wait on, unless it is time to try (which keeps a fair
-                // waiter's place in line).
-                Some(Answer::Passed) => wait_in_turn = tried_at.elapsed() < FAIR_RETRY,
-                // Not handed on (still held, or others' turn): try at once.
-                Some(Answer::Declined) | None => {}
-            }
+            let answer = wait.sleep(until, released).await?;
+            wait.take_answer(answer).await;
         }
     }
 
@@ -979,12 +816,4 @@ fn closed_until(inner: &Inner, quarantined: bool, ttl: Option<Duration>) -> Opti
         inner.met_quarantine(until);
     }
     until
-}
-
-/// The answer to a waiter's offer, if it made one; otherwise never.
-async fn answer_to(offered: &mut Option<Offered<'_>>) -> Answer {
-    match offered {
-        Some(offered) => offered.answered().await,
-        None => std::future::pending().await,
-    }
 }

@@ -1,7 +1,7 @@
 //! How a request waits, by kind of lock: what it leaves in Redis while it
 //! waits, which release wakes it, and whether it may be handed the lock.
-//! The waiting loop (`acquire_inner`) asks these, and nothing else there
-//! looks at the kind.
+//! The acquisition's steps (`begin` and `try_first`, and the wait in
+//! `wait.rs`) ask these, and nothing else there looks at the kind.
 
 use std::sync::Arc;
 

@@ -1,0 +1,508 @@
+//! Waiting for a lock, as a state machine: one deadline around a loop of
+//! named steps. A wait tries once ([`Wait::try_once`]), judges what the
+//! attempt found ([`Wait::judge`]), sleeps until a release, the holder's
+//! lease running out or a handoff ([`Wait::sleep`]), and takes what a
+//! handoff answered ([`Wait::take_answer`]). What differs by kind of lock
+//! comes from `policy.rs`; the optional mechanisms (turn marks, a place in
+//! line, handoff offers, giving back a grant it may hold) are fields that
+//! are `None` where they do not apply.
+
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::futures::Notified;
+use tokio::time::Instant;
+
+use crate::api::guard::LockGuard;
+use crate::base::error::{Chain, LockError};
+use crate::base::keys::LockKeys;
+use crate::base::telemetry;
+use crate::engine::handoffs::{Answer, Offered, Offers};
+use crate::engine::wakeups::Watch;
+use crate::store::scripts::Taken;
+
+use super::traces::{Trace, Unsettled, Waiting};
+use super::{FAIR_RETRY, LockRequest, Outcome, Underway, closed_until};
+
+/// First pause before retrying an acquire that failed to reach Redis; it
+/// doubles up to 500 ms.
+const RETRY_AFTER_ERROR: Duration = Duration::from_millis(25);
+
+/// How long a waiter sleeps between attempts while release messages cannot
+/// reach it (the pub/sub connection is down). Normal waiting does not poll.
+const FALLBACK_RETRY: Duration = Duration::from_millis(100);
+
+/// What a wait does after an attempt.
+pub(super) enum Step {
+    /// The acquisition ends with this.
+    Done(Result<LockGuard, LockError>),
+    /// It sleeps until then at the latest, and tries again.
+    SleepUntil(Instant),
+}
+
+/// A waiting acquisition. Fields are dropped in the order they are
+/// declared: a grant handed on and not yet looked at, the place in line,
+/// the registration for wake-ups, the waiter count of the metrics, the turn
+/// marks, and what an unsettled grant may hold last.
+pub(super) struct Wait<'a> {
+    /// The outcome of a handoff, taken by the next attempt instead of
+    /// asking Redis.
+    handed: Option<Result<Outcome, LockError>>,
+    /// A fair waiter's place in line, left if it stops waiting without
+    /// the lock.
+    in_line: Option<Waiting<'a>>,
+    /// The registration for the releases that wake this waiter.
+    pub(super) watch: Watch,
+    _waiter: telemetry::Waiter,
+    /// Turn marks, taken back if it stops waiting without the locks.
+    marked: Option<Waiting<'a>>,
+    /// Given back if the acquisition ends without the locks.
+    unsettled: Unsettled<'a>,
+    owner: Arc<str>,
+    /// How a re-entry asks for each lock (empty: afresh).
+    asking: String,
+    reentry: bool,
+    keys: &'a [LockKeys],
+    request: &'a LockRequest,
+    span: &'a tracing::Span,
+    started: Instant,
+    deadline: Instant,
+    /// How long the first attempt found the lock taken for, if it said.
+    first_busy: Option<Duration>,
+    /// Until when the restart quarantine keeps the locks closed, when the
+    /// last attempt found only it in the way.
+    closed: Option<Instant>,
+    /// The pause before the next retry after an error.
+    backoff: Duration,
+    /// The error of the last attempt, reported if the wait ends on it.
+    last_error: Option<LockError>,
+    /// The next attempt is skipped: it waits for its turn instead.
+    wait_in_turn: bool,
+    /// When this waiter last tried: one that is told to wait on still
+    /// tries at least every `FAIR_RETRY`, which keeps its place in line
+    /// (and its marks) from lapsing.
+    tried_at: Instant,
+    /// Where it offers to be handed the lock while it sleeps, if it may be.
+    offers: Option<&'a Offers>,
+    fair: bool,
+}
+
+impl<'a> Wait<'a> {
+    /// Starts waiting after the first attempt (or none, when it queues
+    /// behind this process's waiters): registers for wake-ups, unless a
+    /// fair waiter did before its first attempt, and waits until they can
+    /// arrive (the channels subscribed), the deadline, or the client's
+    /// shutdown.
+    pub(super) async fn start(
+        request: &'a LockRequest,
+        underway: Underway<'a>,
+        span: &'a tracing::Span,
+    ) -> Result<Self, LockError> {
+        let inner = &request.client.inner;
+        let (keys, owner) = (underway.keys, underway.owner);
+        tracing::debug!(wait = ?request.wait, "lock busy; waiting");
+        let registered_early = underway.early.is_some();
+        let watch = underway.early.unwrap_or_else(|| {
+            let channels: Vec<String> = keys.iter().map(LockKeys::channel).collect();
+            let wake = request.wake(keys, &owner);
+            inner
+                .wakeups
+                .watch(channels.iter().map(String::as_str), wake)
+        });
+        // The first attempt put a fair waiter in line; it leaves the line if
+        // it stops waiting without the lock.
+        let in_line = request
+            .waits_in_line()
+            .then(|| Waiting::new(request, keys, &owner, Trace::PlaceInLine));
+        let mut wait = Wait {
+            handed: None,
+            in_line,
+            watch,
+            _waiter: telemetry::Waiter::new(request.metric_kind()),
+            marked: underway.marked,
+            unsettled: underway.unsettled,
+            owner,
+            asking: underway.asking,
+            reentry: underway.reentry,
+            keys,
+            request,
+            span,
+            started: underway.started,
+            deadline: underway.deadline,
+            first_busy: underway.first_busy,
+            closed: underway.closed,
+            backoff: RETRY_AFTER_ERROR,
+            last_error: None,
+            wait_in_turn: underway.behind || registered_early,
+            tried_at: Instant::now(),
+            offers: request
+                .takes_handoffs(keys, underway.reentry)
+                .then_some(&inner.offers),
+            fair: request.waits_in_line(),
+        };
+        tokio::select! {
+            _ = wait.watch.subscribed() => {}
+            _ = tokio::time::sleep_until(wait.deadline) => {}
+            _ = inner.closing.cancelled() => return Err(LockError::ShutDown),
+        }
+        wait.tried_at = Instant::now();
+        Ok(wait)
+    }
+
+    /// One try: the lock a handoff granted, or, when it waits for its turn
+    /// (queued behind this process's waiters, or a fair waiter registered
+    /// for its turn), busy for a while; otherwise an attempt in Redis.
+    pub(super) async fn try_once(&mut self, now: Instant) -> Result<Outcome, LockError> {
+        if let Some(handed) = self.handed.take() {
+            return handed;
+        }
+        if std::mem::take(&mut self.wait_in_turn) {
+            // No holder's lease is known yet, so look again after a while
+            // in any case.
+            let look_again = self.request.lease.min(Duration::from_secs(3)) / 3;
+            return Ok(Outcome::Busy {
+                ttl: Some(
+                    self.first_busy
+                        .map_or(look_again, |ttl| ttl.min(look_again)),
+                ),
+                quarantined: false,
+            });
+        }
+        self.tried_at = now;
+        self.unsettled.arm(&self.owner, &self.asking);
+        let attempt = self
+            .request
+            .attempt(
+                self.keys,
+                (&self.owner, &self.asking),
+                self.deadline,
+                self.span,
+            )
+            .await;
+        self.unsettled.after(&attempt);
+        attempt
+    }
+
+    /// What an attempt made at `now` leaves to do: done (taken, a definite
+    /// error, or the deadline passed), or sleep until the holder's lease
+    /// would run out, a retry after an error, or a fallback poll.
+    pub(super) fn judge(&mut self, attempt: Result<Outcome, LockError>, now: Instant) -> Step {
+        let mut wake = match attempt {
+            Ok(Outcome::Taken(guard)) => {
+                self.unsettled.settle();
+                Waiting::taken(&mut self.in_line);
+                Waiting::taken(&mut self.marked);
+                self.watch.acquired();
+                return Step::Done(Ok(guard));
+            }
+            // Sleep until the holder's lease would run out at the latest.
+            Ok(Outcome::Busy { ttl, quarantined }) => {
+                self.last_error = None;
+                self.closed = closed_until(&self.request.client.inner, quarantined, ttl);
+                tracing::trace!(?ttl, live = self.watch.is_live(), "still busy");
+                ttl.map_or(self.deadline, |ttl| now + ttl + Duration::from_millis(1))
+            }
+            // Redis unreachable or slow: keep trying within the wait.
+            Ok(Outcome::Abandon(err)) | Err(err) if err.is_unavailable() && !self.reentry => {
+                tracing::debug!(error = %Chain(&err), "acquire failed; retrying");
+                // A fair waiter keeps its owner id, and so its place in
+                // line, after an acquire call that got no answer: a grant
+                // that call made is found as its own by the next attempt (a
+                // re-entry, given back whole with the guard), and given back
+                // if none comes. Not after a give-back that got none (a
+                // grant too late, one not confirmed by replicas or a
+                // quorum): arriving late, it could free a later grant to the
+                // same owner id.
+                let kept = self.in_line.is_some()
+                    && matches!(
+                        err,
+                        LockError::Unavailable { .. } | LockError::CommandTimeout { .. }
+                    );
+                if !kept {
+                    self.unsettled.settle();
+                    self.new_owner();
+                }
+                self.last_error = Some(err);
+                self.backoff = (self.backoff * 2).min(Duration::from_millis(500));
+                now + self.backoff
+            }
+            Ok(Outcome::Abandon(err)) | Err(err) => return Step::Done(Err(err)),
+        };
+        if Instant::now() >= self.deadline {
+            let err = self.last_error.take();
+            return Step::Done(Err(err.unwrap_or_else(|| self.timeout())));
+        }
+        if !self.watch.is_live() {
+            wake = wake.min(now + FALLBACK_RETRY);
+        }
+        if self.in_line.is_some() {
+            wake = wake.min(now + FAIR_RETRY);
+        }
+        Step::SleepUntil(wake.min(self.deadline))
+    }
+
+    /// Sleeps until `until`, a release (`released`, registered before the
+    /// attempt), or an answer to the offer it makes meanwhile to be handed
+    /// the lock; the answer, if one came.
+    pub(super) async fn sleep(
+        &self,
+        until: Instant,
+        released: Pin<&mut Notified<'_>>,
+    ) -> Result<Option<Answer>, LockError> {
+        let (request, keys) = (self.request, self.keys);
+        // What a waiter dropped with an answer it never read may hold.
+        let give_back = move |owner: Arc<str>| request.give_back_for(keys, owner);
+        let mut offered = self.offers.map(|offers| {
+            let lease = (request.lease, self.fair);
+            offers.offer(&keys[0].lock, &self.owner, lease, &give_back)
+        });
+        let closing = &request.client.inner.closing;
+        let answer = tokio::select! {
+            _ = released => None,
+            _ = tokio::time::sleep_until(until) => None,
+            answer = answer_to(&mut offered) => Some(answer),
+            // Taken back like any withdrawn offer (see `Offered`).
+            _ = closing.cancelled() => return Err(LockError::ShutDown),
+        };
+        // Not answered yet: withdrawn before trying again, or, when a
+        // release took it meanwhile, its answer awaited (trying under the
+        // same owner id now would count as a re-entry).
+        Ok(match (answer, offered) {
+            (Some(answer), _) => Some(answer),
+            // Bounded by the wait: a waiter dropped with its answer unread
+            // gives back what it may hold (see `Offered`).
+            (None, Some(offered)) => tokio::select! {
+                answer = offered.withdraw() => answer,
+                _ = tokio::time::sleep_until(self.deadline) => return Err(self.timeout()),
+            },
+            (None, None) => None,
+        })
+    }
+
+    /// Takes what a handoff answered: a grant for the next try, a new
+    /// owner id, or a turn to wait.
+    pub(super) async fn take_answer(&mut self, answer: Option<Answer>) {
+        match answer {
+            Some(Answer::Handed { fence, sent }) => {
+                let taken = [Taken { fence, count: 1 }];
+                let granted =
+                    self.request
+                        .grant(self.keys, &self.owner, &taken, (sent, None), self.span);
+                self.handed = Some(granted.await);
+            }
+            // The handoff failed or was dropped, so the lock may or may not
+            // be this owner id's. A fair waiter tries again under it,
+            // keeping its place in line: a lock handed to it counts as a
+            // re-entry, given back whole with the guard. A plain waiter
+            // gives back what it may hold and goes on under a new owner id.
+            Some(Answer::Unknown) if self.fair => {}
+            Some(Answer::Unknown) => self.new_owner(),
+            // Handed to another waiter of this client, so still taken: wait
+            // on, unless it is time to try (which keeps a fair waiter's
+            // place in line).
+            Some(Answer::Passed) => self.wait_in_turn = self.tried_at.elapsed() < FAIR_RETRY,
+            // Not handed on (still held, or others' turn): try at once.
+            Some(Answer::Declined) | None => {}
+        }
+    }
+
+    /// Goes on under a new owner id, giving back what the old one may hold
+    /// (see [`LockRequest::abandon`]); the marks and the place in line it
+    /// left follow.
+    fn new_owner(&mut self) {
+        self.owner = self.request.abandon(self.keys, self.owner.clone());
+        Waiting::new_owner(&mut self.marked, &self.owner);
+        Waiting::new_owner(&mut self.in_line, &self.owner);
+    }
+
+    /// The error for a wait that ended without the locks.
+    fn timeout(&self) -> LockError {
+        self.request.timeout(self.started, self.closed)
+    }
+}
+
+/// The answer to a waiter's offer, if it made one; otherwise never.
+async fn answer_to(offered: &mut Option<Offered<'_>>) -> Answer {
+    match offered {
+        Some(offered) => offered.answered().await,
+        None => std::future::pending().await,
+    }
+}
+
+/// The steps, one at a time, on locks in this process (no Redis): what each
+/// decides from an outcome it is given.
+#[cfg(all(test, feature = "memory"))]
+mod tests {
+    use super::*;
+    use crate::api::client::LockClient;
+
+    fn timed_out() -> LockError {
+        LockError::CommandTimeout {
+            key: None,
+            after: Duration::from_millis(5),
+        }
+    }
+
+    fn busy(ttl: Duration) -> Result<Outcome, LockError> {
+        Ok(Outcome::Busy {
+            ttl: Some(ttl),
+            quarantined: false,
+        })
+    }
+
+    /// Runs `check` on a wait of `request` for the lock `key`, begun as
+    /// after a first attempt that found it busy.
+    async fn waiting<F>(request: LockRequest, check: F)
+    where
+        F: AsyncFnOnce(&mut Wait<'_>),
+    {
+        let inner = &request.client.inner;
+        let keys = [LockKeys::new(&inner.config.prefix, &request.names[0])];
+        let span = tracing::Span::none();
+        let underway = request.begin(&keys, None, String::new());
+        let mut wait = Wait::start(&request, underway, &span)
+            .await
+            .expect("the client is open");
+        check(&mut wait).await;
+    }
+
+    #[tokio::test]
+    async fn a_busy_lock_is_slept_on_until_its_lease_would_run_out() {
+        let locks = LockClient::in_memory().await.unwrap();
+        let request = locks.lock("wait:busy").wait(Duration::from_secs(60));
+        waiting(request, async |wait| {
+            let now = Instant::now();
+            let step = wait.judge(busy(Duration::from_millis(300)), now);
+            let Step::SleepUntil(until) = step else {
+                panic!("a busy lock within the wait is slept on");
+            };
+            assert_eq!(until, now + Duration::from_millis(301));
+            // A lease longer than the wait: it sleeps until the deadline.
+            let step = wait.judge(busy(Duration::from_secs(600)), now);
+            assert!(matches!(step, Step::SleepUntil(until) if until == wait.deadline));
+        })
+        .await;
+    }
+
+    #[tokio::test]
+    async fn an_unanswered_attempt_backs_off_under_a_new_owner_id() {
+        let locks = LockClient::in_memory().await.unwrap();
+        let request = locks.lock("wait:error").wait(Duration::from_secs(60));
+        waiting(request, async |wait| {
+            let mut pauses = Vec::new();
+            for _ in 0..6 {
+                let before = wait.owner.clone();
+                let now = Instant::now();
+                let Step::SleepUntil(until) = wait.judge(Err(timed_out()), now) else {
+                    panic!("an unanswered attempt is retried within the wait");
+                };
+                pauses.push(until - now);
+                // A plain waiter does not use an owner id again whose
+                // acquire may still run.
+                assert_ne!(wait.owner, before);
+            }
+            let ms = |ms| Duration::from_millis(ms);
+            assert_eq!(
+                pauses,
+                [ms(50), ms(100), ms(200), ms(400), ms(500), ms(500)]
+            );
+            // Busy again: the error is forgotten, and the pause with it
+            // stays where it got to.
+            wait.judge(busy(ms(10)), Instant::now());
+            assert!(wait.last_error.is_none());
+        })
+        .await;
+    }
+
+    #[tokio::test]
+    async fn a_fair_waiter_keeps_its_place_after_an_unanswered_attempt() {
+        let locks = LockClient::in_memory().await.unwrap();
+        let request = locks.fair_lock("wait:fair").wait(Duration::from_secs(60));
+        waiting(request, async |wait| {
+            let before = wait.owner.clone();
+            let now = Instant::now();
+            let Step::SleepUntil(until) = wait.judge(Err(timed_out()), now) else {
+                panic!("an unanswered attempt is retried within the wait");
+            };
+            assert_eq!(wait.owner, before, "its place in line is under this id");
+            assert_eq!(until, now + RETRY_AFTER_ERROR * 2);
+            // Busy for longer, it tries again within FAIR_RETRY at the
+            // latest (which keeps its place in line); a handoff that failed
+            // does not change its owner id either.
+            let Step::SleepUntil(until) = wait.judge(busy(Duration::from_secs(30)), now) else {
+                panic!("busy within the wait");
+            };
+            assert_eq!(until, now + FAIR_RETRY);
+            wait.take_answer(Some(Answer::Unknown)).await;
+            assert_eq!(wait.owner, before);
+        })
+        .await;
+    }
+
+    #[tokio::test]
+    async fn a_plain_waiter_whose_handoff_failed_goes_on_under_a_new_owner_id() {
+        let locks = LockClient::in_memory().await.unwrap();
+        let request = locks.lock("wait:unknown").wait(Duration::from_secs(60));
+        waiting(request, async |wait| {
+            let before = wait.owner.clone();
+            wait.take_answer(Some(Answer::Unknown)).await;
+            assert_ne!(wait.owner, before);
+            // Passed to another waiter of this client: it waits its turn,
+            // and its next try asks nothing of the store.
+            wait.take_answer(Some(Answer::Passed)).await;
+            assert!(wait.wait_in_turn);
+            let tried_at = wait.tried_at;
+            let lease = wait.request.lease;
+            let attempt = wait.try_once(Instant::now()).await;
+            let look_again = lease.min(Duration::from_secs(3)) / 3;
+            assert!(matches!(
+                attempt,
+                Ok(Outcome::Busy { ttl: Some(ttl), quarantined: false }) if ttl <= look_again
+            ));
+            assert_eq!(wait.tried_at, tried_at, "no attempt was made");
+            // The lock is free: the next try takes it.
+            let now = Instant::now();
+            let attempt = wait.try_once(now).await;
+            assert_eq!(wait.tried_at, now);
+            let Step::Done(Ok(guard)) = wait.judge(attempt, now) else {
+                panic!("a free lock is taken");
+            };
+            guard.release().await.unwrap();
+        })
+        .await;
+    }
+
+    #[tokio::test]
+    async fn a_wait_past_its_deadline_ends_with_what_stopped_it() {
+        let locks = LockClient::in_memory().await.unwrap();
+        let request = locks.lock("wait:deadline").wait(Duration::from_millis(1));
+        waiting(request, async |wait| {
+            tokio::time::sleep_until(wait.deadline).await;
+            // The last attempt's error, when it failed.
+            let step = wait.judge(Err(timed_out()), Instant::now());
+            assert!(matches!(
+                step,
+                Step::Done(Err(LockError::CommandTimeout { .. }))
+            ));
+            // A timeout when the lock was busy, naming the restart
+            // quarantine when only it was in the way.
+            let step = wait.judge(busy(Duration::from_secs(1)), Instant::now());
+            assert!(matches!(step, Step::Done(Err(LockError::Timeout { .. }))));
+            let quarantined = Ok(Outcome::Busy {
+                ttl: Some(Duration::from_secs(1)),
+                quarantined: true,
+            });
+            let step = wait.judge(quarantined, Instant::now());
+            assert!(matches!(
+                step,
+                Step::Done(Err(LockError::Quarantined { .. }))
+            ));
+            // A definite error ends it at once.
+            let refused = LockError::Config("refused".into());
+            let step = wait.judge(Err(refused), Instant::now());
+            assert!(matches!(step, Step::Done(Err(LockError::Config(_)))));
+        })
+        .await;
+    }
+}
