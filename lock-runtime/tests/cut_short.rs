@@ -263,3 +263,42 @@ async fn a_give_back_held_up_by_a_long_stall_goes_out_once_redis_answers_again()
     assert!(started.elapsed() < wait);
     ok(&server, guard.release().await);
 }
+
+/// As above, but the client that cut the acquire short makes no other call
+/// once Redis resumes: the lock goes to another client. Nothing of the
+/// first client's would be answered to end the give-back's pause early, so
+/// while a give-back waits for a store that stopped answering, the client
+/// asks the store (a `PING`) until it answers again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_give_back_held_up_by_a_long_stall_goes_out_without_other_calls() {
+    let server = Arc::new(RedisServer::start());
+    let timeout = Duration::from_millis(100);
+    let locks = impatient(&server, timeout).await;
+    // Connected before the stall, and idle during it.
+    let other = connect(builder(&server).default_lease(LEASE)).await;
+    warm_up(&server, &locks).await;
+    warm_up(&server, &other).await;
+    let (first, name) = (unique_key("cut-first"), unique_key("cut-quiet"));
+    // As above: the give-back's next try comes 0.9 s after the stall or
+    // later, unless the store answering again ends its pause.
+    let resume = stall(&server, Duration::from_millis(2800));
+    let before = locks.lock(first.as_str()).try_acquire();
+    let tried = async {
+        tokio::time::sleep(timeout / 5).await;
+        locks.lock(name.as_str()).try_acquire().await
+    };
+    let (before, tried) = tokio::join!(before, tried);
+    assert!(before.is_err() && tried.is_err(), "Redis is stalled");
+    resume.await.expect("resumed");
+    let started = std::time::Instant::now();
+    let wait = Duration::from_millis(500);
+    let waited = other.lock(name.as_str()).wait(wait).acquire().await;
+    let guard = waited.unwrap_or_else(|err| {
+        panic!(
+            "`{name}` stayed taken after Redis resumed ({err}); holder: {:?}",
+            server.cli(&["HGETALL", &lock_key(&name)])
+        )
+    });
+    assert!(started.elapsed() < wait);
+    ok(&server, guard.release().await);
+}

@@ -313,7 +313,8 @@ impl Backend {
     /// of many calls cut short by one outage do not all arrive at once),
     /// and at once when a store answers a call of this client again after
     /// calls to it went unanswered (the outage is over; once per pause at
-    /// most), for [`GIVE_BACK_FOR`] at most. It stops early when `closing`
+    /// most; a probe asks the store meanwhile, for a client that makes no
+    /// other call, see `Node::probe`), for [`GIVE_BACK_FOR`] at most. It stops early when `closing`
     /// is cancelled: the client stopped.
     ///
     /// A lock its holder asked to keep taken until `keep_until` (see
@@ -356,6 +357,11 @@ impl Backend {
                 }
                 Err(err) => {
                     tracing::debug!(key = %name, error = %Chain(&err), "giving back a lock whose grant went unanswered failed; trying again");
+                    // A client with no other calls hears of the answer
+                    // from a probe.
+                    for node in self.nodes() {
+                        node.probe();
+                    }
                     let woken = tokio::select! {
                         () = tokio::time::sleep(pause + jitter(pause / 4)) => false,
                         () = answering_again(&mut answering), if early => true,

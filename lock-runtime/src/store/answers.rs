@@ -1,7 +1,9 @@
 //! Whether a store answers again after calls to it went unanswered, so
 //! that work waiting out an outage (a give-back sent again, see
 //! `Backend::retire`) goes on as soon as the outage ends rather than after
-//! a pause that grew while it lasted.
+//! a pause that grew while it lasted. While such work waits, the store is
+//! asked whether it answers again (see `Node::probe`), for a client that
+//! makes no other call.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -16,6 +18,9 @@ pub(crate) struct Answers {
     unanswered: AtomicBool,
     /// How many times the store answered again.
     again: watch::Sender<u64>,
+    /// A probe asks the store whether it answers again (see
+    /// [`start_probing`](Self::start_probing)).
+    probing: AtomicBool,
 }
 
 impl Default for Answers {
@@ -23,6 +28,7 @@ impl Default for Answers {
         Answers {
             unanswered: AtomicBool::new(false),
             again: watch::Sender::new(0),
+            probing: AtomicBool::new(false),
         }
     }
 }
@@ -41,6 +47,30 @@ impl Answers {
             self.again
                 .send_modify(|rounds| *rounds = rounds.wrapping_add(1));
         }
+    }
+
+    /// Whether the store should be asked whether it answers again: a call
+    /// went unanswered since the last answer, and somebody waits to hear
+    /// of the next one (an [`AnsweringAgain`] is alive).
+    fn wanted(&self) -> bool {
+        self.unanswered.load(Ordering::Acquire) && self.again.receiver_count() > 0
+    }
+
+    /// Whether the caller starts a probe (see `Node::probe`): one is
+    /// wanted and none runs. One runs per store at most.
+    pub(crate) fn start_probing(&self) -> bool {
+        self.wanted() && !self.probing.swap(true, Ordering::AcqRel)
+    }
+
+    /// Whether the running probe goes on. It stops once it is not wanted
+    /// (the store answered, or nobody waits any more); wanted again in the
+    /// moment it stopped, it goes on unless another probe started.
+    pub(crate) fn keep_probing(&self) -> bool {
+        if self.wanted() {
+            return true;
+        }
+        self.probing.store(false, Ordering::Release);
+        self.start_probing()
     }
 
     /// Hears of the times the store answers again from now on.
@@ -97,5 +127,23 @@ mod tests {
         answers.unanswered();
         answers.answered();
         assert!(heard(&mut again).await);
+    }
+
+    #[test]
+    fn one_probe_runs_while_somebody_waits_for_an_answer() {
+        let answers = Answers::default();
+        answers.unanswered();
+        assert!(!answers.start_probing(), "nobody waits to hear of it");
+        let again = answers.watch();
+        assert!(answers.start_probing());
+        assert!(!answers.start_probing(), "one probe per store");
+        assert!(answers.keep_probing(), "still unanswered");
+        answers.answered();
+        assert!(!answers.keep_probing(), "the store answered");
+        answers.unanswered();
+        assert!(answers.start_probing(), "a new outage, a new probe");
+        drop(again);
+        assert!(!answers.keep_probing(), "nobody waits any more");
+        assert!(!answers.start_probing());
     }
 }

@@ -19,6 +19,10 @@ use crate::store::scripts::{
     Acquire, Acquired, Call, HandedOn, Quarantine, Released, acquired, released, unexpected,
 };
 
+/// How often a store whose calls went unanswered is asked whether it
+/// answers again, while a give-back waits for it (see [`Node::probe`]).
+const PROBE_EVERY: Duration = Duration::from_millis(100);
+
 /// One lock store: a server, a Sentinel-followed master, or a whole Cluster
 /// (whose connection routes each call to the slot of its keys), with the
 /// timeout every call gets.
@@ -75,6 +79,37 @@ impl Node {
     /// unanswered (timed out, or a connection failed).
     pub(crate) fn answering_again(&self) -> AnsweringAgain {
         self.answers.watch()
+    }
+
+    /// Asks the store (`PING`) every [`PROBE_EVERY`] whether it answers
+    /// again, in a task of its own, while calls to it are unanswered and
+    /// somebody waits to hear of its next answer ([`answering_again`]: a
+    /// give-back held up by an outage, see `Backend::retire`). A client
+    /// that makes no other call would otherwise learn that the outage is
+    /// over only from the give-back's next try, after a pause that grew
+    /// while the outage lasted, with the lock taken by nobody meanwhile.
+    /// One probe runs per store at most.
+    ///
+    /// [`answering_again`]: Self::answering_again
+    pub(crate) fn probe(&self) {
+        if !self.answers.start_probing() {
+            return;
+        }
+        let node = self.clone();
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(PROBE_EVERY).await;
+                if !node.answers.keep_probing() {
+                    return;
+                }
+                // Only an answer counts: a probe that times out tells
+                // nothing the calls' own timeouts did not, and must not
+                // make the connection replace itself again.
+                if node.ping().await.is_ok() {
+                    node.answered(&node.conn);
+                }
+            }
+        });
     }
 
     /// The command connection and the timeout each call gets: for the
