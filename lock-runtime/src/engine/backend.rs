@@ -358,9 +358,11 @@ impl Backend {
                 Err(err) => {
                     tracing::debug!(key = %name, error = %Chain(&err), "giving back a lock whose grant went unanswered failed; trying again");
                     // A client with no other calls hears of the answer
-                    // from a probe.
-                    for node in self.nodes() {
-                        node.probe();
+                    // from a probe (while an answer can end the pause).
+                    if early {
+                        for node in self.nodes() {
+                            node.probe(closing);
+                        }
                     }
                     let woken = tokio::select! {
                         () = tokio::time::sleep(pause + jitter(pause / 4)) => false,

@@ -69,8 +69,13 @@ impl Answers {
         if self.wanted() {
             return true;
         }
-        self.probing.store(false, Ordering::Release);
+        self.stop_probing();
         self.start_probing()
+    }
+
+    /// The running probe stopped for good (the client stopped).
+    pub(crate) fn stop_probing(&self) {
+        self.probing.store(false, Ordering::Release);
     }
 
     /// Hears of the times the store answers again from now on.

@@ -9,6 +9,7 @@ use std::time::Duration;
 use futures_util::future::BoxFuture;
 use redis::cluster_routing::{MultipleNodeRoutingInfo, RoutingInfo};
 use redis::{ErrorKind, FromRedisValue, ServerErrorKind, Value};
+use tokio_util::sync::CancellationToken;
 
 use crate::base::config::Replicas;
 use crate::base::error::{Chain, LockError, is_read_only};
@@ -19,9 +20,14 @@ use crate::store::scripts::{
     Acquire, Acquired, Call, HandedOn, Quarantine, Released, acquired, released, unexpected,
 };
 
-/// How often a store whose calls went unanswered is asked whether it
-/// answers again, while a give-back waits for it (see [`Node::probe`]).
-const PROBE_EVERY: Duration = Duration::from_millis(100);
+/// How soon a store whose calls went unanswered is first asked whether it
+/// answers again, while a give-back waits for it (see [`Node::probe`]); the
+/// pause doubles from there.
+const PROBE_FIRST: Duration = Duration::from_millis(100);
+
+/// The longest pause between two such questions: as often as a waiter
+/// tries again while Redis is unreachable.
+const PROBE_AT_MOST: Duration = Duration::from_millis(500);
 
 /// One lock store: a server, a Sentinel-followed master, or a whole Cluster
 /// (whose connection routes each call to the slot of its keys), with the
@@ -81,33 +87,44 @@ impl Node {
         self.answers.watch()
     }
 
-    /// Asks the store (`PING`) every [`PROBE_EVERY`] whether it answers
-    /// again, in a task of its own, while calls to it are unanswered and
-    /// somebody waits to hear of its next answer ([`answering_again`]: a
-    /// give-back held up by an outage, see `Backend::retire`). A client
-    /// that makes no other call would otherwise learn that the outage is
-    /// over only from the give-back's next try, after a pause that grew
-    /// while the outage lasted, with the lock taken by nobody meanwhile.
-    /// One probe runs per store at most.
+    /// Asks the store (`PING`) whether it answers again, in a task of its
+    /// own, while calls to it are unanswered and somebody waits to hear of
+    /// its next answer ([`answering_again`]: a give-back held up by an
+    /// outage, see `Backend::retire`): first after [`PROBE_FIRST`], then
+    /// ever less often, down to once every [`PROBE_AT_MOST`], as a waiter
+    /// retries. A client that makes no other call would otherwise learn
+    /// that the outage is over only from the give-back's next try, after a
+    /// pause that grew while the outage lasted, with the lock taken by
+    /// nobody meanwhile. One probe runs per store at most; it stops when
+    /// `closing` is cancelled (the client stopped).
     ///
     /// [`answering_again`]: Self::answering_again
-    pub(crate) fn probe(&self) {
+    pub(crate) fn probe(&self, closing: &CancellationToken) {
         if !self.answers.start_probing() {
             return;
         }
-        let node = self.clone();
+        let (node, closing) = (self.clone(), closing.clone());
         tokio::spawn(async move {
-            loop {
-                tokio::time::sleep(PROBE_EVERY).await;
-                if !node.answers.keep_probing() {
-                    return;
+            let mut pause = PROBE_FIRST;
+            let asked = async {
+                loop {
+                    tokio::time::sleep(pause).await;
+                    if !node.answers.keep_probing() {
+                        return;
+                    }
+                    // Only an answer counts: a probe that times out tells
+                    // nothing the calls' own timeouts did not, and must not
+                    // make the connection replace itself again.
+                    if node.ping().await.is_ok() {
+                        node.answered(&node.conn);
+                    }
+                    pause = (pause * 2).min(PROBE_AT_MOST);
                 }
-                // Only an answer counts: a probe that times out tells
-                // nothing the calls' own timeouts did not, and must not
-                // make the connection replace itself again.
-                if node.ping().await.is_ok() {
-                    node.answered(&node.conn);
-                }
+            };
+            tokio::select! {
+                () = asked => {}
+                // Stopped: the give-backs it was asking for are over.
+                () = closing.cancelled() => node.answers.stop_probing(),
             }
         });
     }
@@ -270,8 +287,8 @@ impl Node {
         self.answers.answered();
     }
 
-    /// Tells the connection whether a failed call was answered (see
-    /// [`noted`](Self::noted)).
+    /// Tells the connection and this store's [`Answers`] whether a failed
+    /// call was answered (see [`noted`](Self::noted)).
     fn note(&self, conn: &Conn, err: &LockError) {
         match err {
             LockError::CommandTimeout { .. } => {
