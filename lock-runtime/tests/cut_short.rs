@@ -232,36 +232,10 @@ async fn an_acquire_dropped_while_its_call_is_on_its_way_leaves_nothing_behind()
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_give_back_held_up_by_a_long_stall_goes_out_once_redis_answers_again() {
     let server = Arc::new(RedisServer::start());
-    let timeout = Duration::from_millis(100);
-    let locks = impatient(&server, timeout).await;
+    let locks = impatient(&server, LONG_STALL_TIMEOUT).await;
     warm_up(&server, &locks).await;
-    let (first, name) = (unique_key("cut-first"), unique_key("cut-long"));
-    // Long enough that the give-back's tries (pauses of 100 ms doubling,
-    // with up to a quarter more) are all over before it ends (the fifth
-    // ends by 2.5 s), and the next one comes 0.9 s after it or later.
-    let resume = stall(&server, Duration::from_millis(2800));
-    // Two acquires in flight on one connection, timing out in turn: the
-    // second timeout in a row replaces the connection before the second
-    // acquire's give-back is sent.
-    let before = locks.lock(first.as_str()).try_acquire();
-    let tried = async {
-        tokio::time::sleep(timeout / 5).await;
-        locks.lock(name.as_str()).try_acquire().await
-    };
-    let (before, tried) = tokio::join!(before, tried);
-    assert!(before.is_err() && tried.is_err(), "Redis is stalled");
-    resume.await.expect("resumed");
-    let started = std::time::Instant::now();
-    let wait = Duration::from_millis(500);
-    let waited = locks.lock(name.as_str()).wait(wait).acquire().await;
-    let guard = waited.unwrap_or_else(|err| {
-        panic!(
-            "`{name}` stayed taken after Redis resumed ({err}); holder: {:?}",
-            server.cli(&["HGETALL", &lock_key(&name)])
-        )
-    });
-    assert!(started.elapsed() < wait);
-    ok(&server, guard.release().await);
+    let name = cut_short_in_a_long_stall(&server, &locks, "cut-long").await;
+    taken_after_the_stall(&server, &locks, &name, Duration::from_millis(500)).await;
 }
 
 /// As above, but the client that cut the acquire short makes no other call
@@ -272,35 +246,64 @@ async fn a_give_back_held_up_by_a_long_stall_goes_out_once_redis_answers_again()
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_give_back_held_up_by_a_long_stall_goes_out_without_other_calls() {
     let server = Arc::new(RedisServer::start());
-    let timeout = Duration::from_millis(100);
-    let locks = impatient(&server, timeout).await;
+    let locks = impatient(&server, LONG_STALL_TIMEOUT).await;
     // Connected before the stall, and idle during it.
     let other = connect(builder(&server).default_lease(LEASE)).await;
     warm_up(&server, &locks).await;
     warm_up(&server, &other).await;
-    let (first, name) = (unique_key("cut-first"), unique_key("cut-quiet"));
-    // As above: the give-back's next try comes 0.9 s after the stall or
-    // later, unless the store answering again ends its pause. The probe
-    // asks every 500 ms at most, and here, with pauses of 100 ms doubling
-    // from about 300 ms into the stall, about 200 ms after it.
-    let resume = stall(&server, Duration::from_millis(2800));
+    let name = cut_short_in_a_long_stall(&server, &locks, "cut-quiet").await;
+    // The probe asks every 500 ms at most, and here, with pauses of 100 ms
+    // doubling from about 300 ms into the stall, about 200 ms after it.
+    taken_after_the_stall(&server, &other, &name, Duration::from_millis(700)).await;
+}
+
+/// The command timeout of the client whose calls a long stall cuts short.
+const LONG_STALL_TIMEOUT: Duration = Duration::from_millis(100);
+
+/// Stalls `server` for 2.8 s while two try-locks of `locks` (whose command
+/// timeout is [`LONG_STALL_TIMEOUT`]) time out in turn; returns the second
+/// one's lock, once the server resumed. The stall is long enough that the
+/// give-back's tries (pauses of 100 ms doubling, with up to a quarter
+/// more) are all over before it ends (the fifth ends by 2.5 s), and the
+/// next one comes 0.9 s after it or later, unless the store answering
+/// again ends its pause.
+async fn cut_short_in_a_long_stall(
+    server: &Arc<RedisServer>,
+    locks: &LockClient,
+    prefix: &str,
+) -> String {
+    let (first, name) = (unique_key("cut-first"), unique_key(prefix));
+    let resume = stall(server, Duration::from_millis(2800));
+    // Two acquires in flight on one connection, timing out in turn: the
+    // second timeout in a row replaces the connection before the second
+    // acquire's give-back is sent.
     let before = locks.lock(first.as_str()).try_acquire();
     let tried = async {
-        tokio::time::sleep(timeout / 5).await;
+        tokio::time::sleep(LONG_STALL_TIMEOUT / 5).await;
         locks.lock(name.as_str()).try_acquire().await
     };
     let (before, tried) = tokio::join!(before, tried);
     assert!(before.is_err() && tried.is_err(), "Redis is stalled");
     resume.await.expect("resumed");
+    name
+}
+
+/// Asserts that `locks` takes `name` within `wait` of now (far less than
+/// its lease).
+async fn taken_after_the_stall(
+    server: &RedisServer,
+    locks: &LockClient,
+    name: &str,
+    wait: Duration,
+) {
     let started = std::time::Instant::now();
-    let wait = Duration::from_millis(700);
-    let waited = other.lock(name.as_str()).wait(wait).acquire().await;
+    let waited = locks.lock(name).wait(wait).acquire().await;
     let guard = waited.unwrap_or_else(|err| {
         panic!(
             "`{name}` stayed taken after Redis resumed ({err}); holder: {:?}",
-            server.cli(&["HGETALL", &lock_key(&name)])
+            server.cli(&["HGETALL", &lock_key(name)])
         )
     });
     assert!(started.elapsed() < wait);
-    ok(&server, guard.release().await);
+    ok(server, guard.release().await);
 }
