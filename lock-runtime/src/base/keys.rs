@@ -104,7 +104,7 @@ impl LockKeys {
     /// The channel a release is published on. Made when needed rather
     /// than kept: a client holding many locks keeps their keys.
     pub(crate) fn channel(&self) -> String {
-        format!("{}:released", self.lock)
+        channel(&self.lock)
     }
 }
 
@@ -164,18 +164,33 @@ impl LockKeys {
 
     /// The fair waiters in line, scored by arrival.
     pub(crate) fn queue(&self) -> String {
-        format!("{}:queue", self.lock)
+        queue(&self.lock)
     }
 
     /// The fair waiters' liveness, scored by when each stops counting.
     pub(crate) fn queue_alive(&self) -> String {
-        format!("{}:queue:alive", self.lock)
+        queue_alive(&self.lock)
     }
 
     /// The marker a writer waiting for readers sets, to hold back new readers.
     pub(crate) fn writer_waiting(&self) -> String {
         format!("{}:writer-waiting", self.lock)
     }
+}
+
+/// The channel a release of the lock whose key is `lock` is published on.
+pub(crate) fn channel(lock: &str) -> String {
+    format!("{lock}:released")
+}
+
+/// The fair waiters in line of the lock whose key is `lock`.
+pub(crate) fn queue(lock: &str) -> String {
+    format!("{lock}:queue")
+}
+
+/// The fair waiters' liveness of the lock whose key is `lock`.
+pub(crate) fn queue_alive(lock: &str) -> String {
+    format!("{lock}:queue:alive")
 }
 
 /// The lock key of the lock `name` under `prefix` (see the module docs).

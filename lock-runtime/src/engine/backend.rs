@@ -59,7 +59,7 @@ use crate::store::connection::USER_TIMEOUT;
 use crate::store::node::Node;
 use crate::store::scripts::calls::{Asker, Asking, Next};
 use crate::store::scripts::{
-    Acquire, Acquired, Call, Giving, HandedOn, Released, Renewing, Stored, Taken, calls,
+    Acquire, Acquired, Call, Giving, HandedOn, Released, Renewing, Stored, Taken, Undo, calls,
 };
 
 /// How the deployment is reached.
@@ -148,7 +148,7 @@ impl Attempt<'_> {
             announce,
             ..Giving::ONE
         };
-        let undo = calls::release(locks, &self.stored(), owner, giving);
+        let undo = Undo::new(&take, locks.len(), self.stored(), giving);
         Acquire {
             take,
             undo,
@@ -675,7 +675,10 @@ async fn acquire_by_slot(node: &Node, attempt: &Attempt<'_>) -> Result<Acquired,
             }
             other => {
                 for slot in taken_slots {
-                    if let Err(err) = node.release(attempt.name, &slot.undo, slot.locks).await {
+                    if let Err(err) = node
+                        .release(attempt.name, &slot.undo.call(), slot.locks)
+                        .await
+                    {
                         tracing::debug!(key = %attempt.name, error = %Chain(&err), "giving back part of a multi-slot acquisition failed; it expires after its lease");
                     }
                 }
@@ -693,7 +696,7 @@ async fn on_quorum(nodes: &[Node], attempt: &Attempt<'_>) -> Result<Acquired, Lo
     let (name, keys, times) = (attempt.name, attempt.locks, attempt.times);
     let needed = needed(nodes.len(), attempt.stored().holders_at_once());
     let call = attempt.calls(keys, true);
-    let (undo, locks) = (call.undo.clone(), call.locks);
+    let (undo, locks) = (call.undo.call(), call.locks);
     let started = Instant::now();
     let mut pending: FuturesUnordered<_> = nodes
         .iter()

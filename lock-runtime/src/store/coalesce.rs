@@ -51,7 +51,7 @@ use crate::base::detached::Detached;
 use crate::base::error::LockError;
 use crate::base::flight::{Driven, Flight, Party};
 use crate::base::keys::slot;
-use crate::store::scripts::Call;
+use crate::store::scripts::{Call, Undo};
 
 /// Why a call has no reply.
 #[derive(Debug, Clone)]
@@ -113,7 +113,7 @@ struct Waiter {
     call: Call,
     /// Gives back what `call` granted, if its caller is gone by the time
     /// the reply comes (an acquisition's; none for a release).
-    undo: Option<Call>,
+    undo: Option<Undo>,
     reply: oneshot::Sender<Reply>,
 }
 
@@ -176,7 +176,7 @@ impl Coalescer {
         transport: &T,
         lane: Lane,
         call: Call,
-        undo: Option<Call>,
+        undo: Option<Undo>,
         timeout: Duration,
     ) -> Reply {
         let (reply, replied) = oneshot::channel();
@@ -428,7 +428,7 @@ fn hand<T: Transport>(transport: &T, waiter: Waiter, reply: Reply) {
     let (Some(undo), true) = (waiter.undo, granted(&value)) else {
         return;
     };
-    let give_back = transport.send(vec![undo]);
+    let give_back = transport.send(vec![undo.call()]);
     tokio::spawn(async move {
         if let Err(failure) = give_back.await {
             tracing::debug!(

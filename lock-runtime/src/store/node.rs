@@ -17,7 +17,7 @@ use crate::store::answers::{AnsweringAgain, Answers};
 use crate::store::coalesce::{Coalescer, Failure, Lane, Reply, Transport};
 use crate::store::connection::Conn;
 use crate::store::scripts::{
-    Acquire, Acquired, Call, HandedOn, Quarantine, Released, acquired, released, unexpected,
+    Acquire, Acquired, Call, HandedOn, Quarantine, Released, Undo, acquired, released, unexpected,
 };
 
 /// How soon a store whose calls went unanswered is first asked whether it
@@ -155,7 +155,7 @@ impl Node {
         if let Acquired::Held(_) = outcome
             && let Err(err) = replicated(Some(name), replicas, acked)
         {
-            if let Err(undo_err) = self.release(name, &call.undo, locks).await {
+            if let Err(undo_err) = self.release(name, &call.undo.call(), locks).await {
                 tracing::debug!(key = %name, error = %Chain(&undo_err), "giving back an unreplicated lock failed; it expires after its lease");
             }
             return Err(err);
@@ -234,7 +234,7 @@ impl Node {
         &self,
         name: &str,
         call: &Call,
-        undo: Option<&Call>,
+        undo: Option<&Undo>,
     ) -> Result<T, LockError> {
         let Some(coalescer) = &self.coalescer else {
             return self.run(Some(name), call).await;

@@ -8,7 +8,7 @@ use super::{
     PERMIT_ACQUIRE, PLACE_RELEASE, Place, READ_ACQUIRE, RELEASE, RENEW, Renewing, Stored,
     TURN_LEAVE,
 };
-use crate::base::keys::LockKeys;
+use crate::base::keys::{self, LockKeys};
 use crate::base::kind::Permits;
 
 /// Milliseconds for PEXPIRE, never zero (PEXPIRE 0 would delete the key).
@@ -195,18 +195,33 @@ pub(crate) fn fair_acquire(
 /// held, or keeps the lock again for as long); one level down of several
 /// is not.
 pub(crate) fn release(locks: &[LockKeys], stored: &Stored, owner: &str, giving: Giving) -> Call {
+    let locks = locks.iter().map(|lock| lock.lock.as_str());
+    release_of(locks, stored, owner, giving)
+}
+
+/// The release that gives back what the acquire call `take` granted (see
+/// [`Undo`](super::Undo)): every acquire script's first keys are the keys
+/// of its `locks` locks, in order, and its first argument is the owner id.
+pub(crate) fn undo(take: &Call, locks: usize, stored: &Stored, giving: Giving) -> Call {
+    let keys = take.keys[..locks].iter().map(String::as_str);
+    release_of(keys, stored, &take.args[0], giving)
+}
+
+/// [`release`] of the locks whose lock keys are `locks`.
+fn release_of<'a>(
+    locks: impl ExactSizeIterator<Item = &'a str> + Clone,
+    stored: &Stored,
+    owner: &str,
+    giving: Giving,
+) -> Call {
     let mut args = vec![owner.to_owned(), flag(giving.all)];
     let call = match stored {
         Stored::Hash => {
-            let keys = by_role(
-                locks,
-                &[
-                    |l| l.lock.clone(),
-                    LockKeys::channel,
-                    LockKeys::queue,
-                    LockKeys::queue_alive,
-                ],
-            );
+            let mut keys = Vec::with_capacity(4 * locks.len());
+            keys.extend(locks.clone().map(str::to_owned));
+            keys.extend(locks.clone().map(keys::channel));
+            keys.extend(locks.clone().map(keys::queue));
+            keys.extend(locks.map(keys::queue_alive));
             args.extend([giving.keep.as_millis().to_string(), flag(giving.announce)]);
             if !giving.retire.is_zero() {
                 args.push(millis(giving.retire));
@@ -220,11 +235,12 @@ pub(crate) fn release(locks: &[LockKeys], stored: &Stored, owner: &str, giving: 
                 queued,
                 ..
             } = &**place;
-            let lock = &locks[0];
-            let mut keys = vec![set.clone(), holders.clone(), lock.channel()];
+            let mut locks = locks;
+            let lock = locks.next().unwrap_or_default();
+            let mut keys = vec![set.clone(), holders.clone(), keys::channel(lock)];
             if *queued {
                 // A read lock: name the first fair waiter in line.
-                keys.extend([lock.queue(), lock.queue_alive()]);
+                keys.extend([keys::queue(lock), keys::queue_alive(lock)]);
             }
             if !giving.retire.is_zero() {
                 args.push(millis(giving.retire));

@@ -318,14 +318,45 @@ fn eval_command(script: &Script, args: usize, size: usize) -> Cmd {
     cmd
 }
 
-/// An acquisition's calls: the acquire script for `locks` locks, and the
-/// call that gives back what it granted (when replicas do not confirm the
-/// grant, or a Redlock quorum is not reached).
+/// An acquisition's calls: the acquire script for `locks` locks, and what
+/// gives back what it granted (when replicas do not confirm the grant, a
+/// Redlock quorum is not reached, or the caller is gone by the reply).
 #[derive(Debug, Clone)]
 pub(crate) struct Acquire {
     pub(crate) take: Call,
-    pub(crate) undo: Call,
+    pub(crate) undo: Undo,
     pub(crate) locks: usize,
+}
+
+/// The release that gives back what an acquire call granted, built only
+/// when it is needed ([`Undo::call`]): almost every grant is kept, and the
+/// release call costs a dozen strings to build. It is made from the
+/// acquire call itself, whose first keys are its locks' keys and whose
+/// first argument is the owner id (see `calls::undo`).
+#[derive(Debug, Clone)]
+pub(crate) struct Undo {
+    take: Call,
+    locks: usize,
+    stored: Stored,
+    giving: Giving,
+}
+
+impl Undo {
+    /// What gives back the grant of `take`, an acquire call for `locks`
+    /// locks stored as `stored`.
+    pub(crate) fn new(take: &Call, locks: usize, stored: Stored, giving: Giving) -> Undo {
+        Undo {
+            take: take.clone(),
+            locks,
+            stored,
+            giving,
+        }
+    }
+
+    /// The release call.
+    pub(crate) fn call(&self) -> Call {
+        calls::undo(&self.take, self.locks, &self.stored, self.giving)
+    }
 }
 
 /// How much of a hold a release gives back.
@@ -477,6 +508,59 @@ mod tests {
 
     /// A call's command is byte for byte the one redis-rs's
     /// `ScriptInvocation` sends for the same script, keys and arguments.
+    #[test]
+    fn an_undo_builds_the_release_of_what_its_acquire_call_names() {
+        let locks = [LockKeys::new("lock:", "a"), LockKeys::new("lock:", "{t}b")];
+        let owner = "client:7:3";
+        let (lease, mark) = (Duration::from_secs(30), Duration::from_secs(5));
+        let asker = Asker::fresh(owner);
+        let (both, a, b) = (&locks[..], &locks[..1], &locks[1..]);
+        let takes = [
+            (
+                Kind::Exclusive,
+                both,
+                calls::acquire(both, asker, lease, mark),
+            ),
+            (Kind::Exclusive, b, calls::acquire(b, asker, lease, mark)),
+            (
+                Kind::Fair,
+                a,
+                calls::fair_acquire(&a[0], asker, lease, mark, true),
+            ),
+            (
+                Kind::Read,
+                b,
+                calls::read_acquire(&b[0], asker, lease, mark),
+            ),
+            (
+                Kind::Permits(3.into()),
+                a,
+                calls::permit_acquire(&a[0], asker, lease, 3),
+            ),
+        ];
+        let givings = [
+            Giving::ONE,
+            Giving::ABANDONED,
+            Giving {
+                keep: Duration::from_millis(250),
+                retire: Duration::from_secs(9),
+                ..Giving::ALL
+            },
+        ];
+        for (kind, named, take) in takes {
+            let stored = Stored::for_kind(kind, &named[0]);
+            for giving in givings {
+                let undo = Undo::new(&take, named.len(), stored.clone(), giving).call();
+                let release = calls::release(named, &stored, owner, giving);
+                let context = format!("{kind:?} {giving:?}");
+                assert_eq!(undo.script_name(), release.script_name(), "{context}");
+                assert_eq!(undo.keys(), release.keys(), "{context}");
+                assert_eq!(undo.args(), release.args(), "{context}");
+                assert_eq!(undo.is_idempotent(), release.is_idempotent(), "{context}");
+            }
+        }
+    }
+
     #[test]
     fn a_command_is_what_a_script_invocation_sends() {
         let locks = [LockKeys::new("lock:", "a"), LockKeys::new("lock:", "b")];
