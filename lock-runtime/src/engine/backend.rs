@@ -314,8 +314,8 @@ impl Backend {
     /// and at once when a store answers a call of this client again after
     /// calls to it went unanswered (the outage is over; once per pause at
     /// most; a probe asks the store meanwhile, for a client that makes no
-    /// other call, see `Node::probe`), for [`GIVE_BACK_FOR`] at most. It stops early when `closing`
-    /// is cancelled: the client stopped.
+    /// other call, see `Node::probe`), for [`GIVE_BACK_FOR`] at most. It
+    /// stops early when `closing` is cancelled: the client stopped.
     ///
     /// A lock its holder asked to keep taken until `keep_until` (see
     /// `LockRequest::lock_at_least`) is kept until then.

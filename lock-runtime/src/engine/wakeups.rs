@@ -351,10 +351,7 @@ impl Watch {
 
     /// The notification a release (or a resubscription) sends.
     pub(crate) fn notify(&self) -> &Notify {
-        match &self.own {
-            Some(own) => own,
-            None => &self.channels[0].notify,
-        }
+        notification(self.own.as_deref(), &self.channels[0])
     }
 
     /// The same notification as [`notify`](Self::notify), as a handle that
@@ -378,8 +375,14 @@ pub(crate) struct Notifier {
 impl Notifier {
     /// The notification a release (or a resubscription) sends.
     pub(crate) fn notify(&self) -> &Notify {
-        self.own.as_deref().unwrap_or(&self.channel.notify)
+        notification(self.own.as_deref(), &self.channel)
     }
+}
+
+/// A waiter's notification: its own when it has one (it is woken in turn
+/// with others), else its first channel's.
+fn notification<'a>(own: Option<&'a Notify>, channel: &'a Channel) -> &'a Notify {
+    own.unwrap_or(&channel.notify)
 }
 
 impl Drop for Watch {

@@ -476,11 +476,10 @@ impl LockRequest {
     ) -> Option<Result<LockGuard, LockError>> {
         let inner = &self.client.inner;
         let a = underway;
-        a.unsettled.arm(&a.owner, &a.asking);
-        let first = self
-            .attempt(a.keys, (&a.owner, &a.asking), a.deadline, span)
+        let first = a
+            .unsettled
+            .attempt((&a.owner, &a.asking), a.deadline, span)
             .await;
-        a.unsettled.after(&first);
         match first {
             Ok(Outcome::Taken(guard)) => {
                 Waiting::taken(&mut a.marked);

@@ -5,6 +5,8 @@
 
 use std::sync::Arc;
 
+use tokio::time::Instant;
+
 use crate::base::error::{Chain, LockError};
 use crate::base::keys::LockKeys;
 
@@ -40,9 +42,27 @@ impl<'a> Unsettled<'a> {
         }
     }
 
+    /// One attempt at the locks under `owner`, asking as `asking` (empty:
+    /// afresh), within `deadline`: what it leaves unknown is kept track of,
+    /// and settled by its answer.
+    pub(super) async fn attempt(
+        &mut self,
+        (owner, asking): (&Arc<str>, &str),
+        deadline: Instant,
+        span: &tracing::Span,
+    ) -> Result<Outcome, LockError> {
+        self.arm(owner, asking);
+        let attempt = self
+            .request
+            .attempt(self.keys, (owner, asking), deadline, span)
+            .await;
+        self.after(&attempt);
+        attempt
+    }
+
     /// An acquire call under `owner`, asking as `asking` (empty: afresh),
     /// is about to be sent.
-    pub(super) fn arm(&mut self, owner: &Arc<str>, asking: &str) {
+    fn arm(&mut self, owner: &Arc<str>, asking: &str) {
         if asking.is_empty() && self.owner.is_none() {
             self.owner = Some(owner.clone());
         }
@@ -58,7 +78,7 @@ impl<'a> Unsettled<'a> {
     /// Settles after an attempt that was answered (taken, busy, or a
     /// definite error), unless an earlier call under the same owner id is
     /// still unknown.
-    pub(super) fn after(&mut self, attempt: &Result<Outcome, LockError>) {
+    fn after(&mut self, attempt: &Result<Outcome, LockError>) {
         match attempt {
             Ok(Outcome::Taken(_)) => self.settle(),
             Ok(Outcome::Abandon(_)) => self.earlier = true,

@@ -85,10 +85,15 @@ pub(super) struct Wait<'a> {
     tried_at: Instant,
     /// Where it offers to be handed the lock while it sleeps, if it may be.
     offers: Option<&'a Offers>,
-    fair: bool,
 }
 
 impl<'a> Wait<'a> {
+    /// A fair waiter: one that waits in line (and keeps its place, and so
+    /// its owner id, to the end: the place is only ever marked taken).
+    fn fair(&self) -> bool {
+        self.in_line.is_some()
+    }
+
     /// Starts waiting after the first attempt (or none, when it queues
     /// behind this process's waiters): registers for wake-ups, unless a
     /// fair waiter did before its first attempt, and waits until they can
@@ -139,7 +144,6 @@ impl<'a> Wait<'a> {
             offers: request
                 .takes_handoffs(keys, underway.reentry)
                 .then_some(&inner.offers),
-            fair: request.waits_in_line(),
         };
         tokio::select! {
             _ = wait.watch.subscribed() => {}
@@ -170,18 +174,9 @@ impl<'a> Wait<'a> {
             });
         }
         self.tried_at = now;
-        self.unsettled.arm(&self.owner, &self.asking);
-        let attempt = self
-            .request
-            .attempt(
-                self.keys,
-                (&self.owner, &self.asking),
-                self.deadline,
-                self.span,
-            )
-            .await;
-        self.unsettled.after(&attempt);
-        attempt
+        self.unsettled
+            .attempt((&self.owner, &self.asking), self.deadline, self.span)
+            .await
     }
 
     /// What an attempt made at `now` leaves to do: done (taken, a definite
@@ -214,7 +209,7 @@ impl<'a> Wait<'a> {
                 // grant too late, one not confirmed by replicas or a
                 // quorum): arriving late, it could free a later grant to the
                 // same owner id.
-                let kept = self.in_line.is_some()
+                let kept = self.fair()
                     && matches!(
                         err,
                         LockError::Unavailable { .. } | LockError::CommandTimeout { .. }
@@ -236,7 +231,7 @@ impl<'a> Wait<'a> {
         if !self.watch.is_live() {
             wake = wake.min(now + FALLBACK_RETRY);
         }
-        if self.in_line.is_some() {
+        if self.fair() {
             wake = wake.min(now + FAIR_RETRY);
         }
         Step::SleepUntil(wake.min(self.deadline))
@@ -254,7 +249,7 @@ impl<'a> Wait<'a> {
         // What a waiter dropped with an answer it never read may hold.
         let give_back = move |owner: Arc<str>| request.give_back_for(keys, owner);
         let mut offered = self.offers.map(|offers| {
-            let lease = (request.lease, self.fair);
+            let lease = (request.lease, self.fair());
             offers.offer(&keys[0].lock, &self.owner, lease, &give_back)
         });
         let closing = &request.client.inner.closing;
@@ -296,7 +291,7 @@ impl<'a> Wait<'a> {
             // keeping its place in line: a lock handed to it counts as a
             // re-entry, given back whole with the guard. A plain waiter
             // gives back what it may hold and goes on under a new owner id.
-            Some(Answer::Unknown) if self.fair => {}
+            Some(Answer::Unknown) if self.fair() => {}
             Some(Answer::Unknown) => self.new_owner(),
             // Handed to another waiter of this client, so still taken: wait
             // on, unless it is time to try (which keeps a fair waiter's
