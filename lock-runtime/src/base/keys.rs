@@ -128,38 +128,55 @@ fn fence_key(prefix: &str, slot: u16) -> Arc<str> {
         .clone()
 }
 
+/// The suffix of a lock's release channel.
+pub(crate) const RELEASED: &str = ":released";
+/// The suffix of a semaphore's holders (see [`LockKeys::holders`]).
+pub(crate) const HOLDERS: &str = ":holders";
+/// The suffix of a read-write lock's readers (see [`LockKeys::readers`]).
+pub(crate) const READERS: &str = ":readers";
+/// The suffix of the readers' counts (see [`LockKeys::readers_holders`]).
+pub(crate) const READERS_HOLDERS: &str = ":readers:holders";
+/// The suffix of the waiting readers' marker.
+pub(crate) const READERS_WAITING: &str = ":readers-waiting";
+/// The suffix of the fair waiters' line (see [`LockKeys::queue`]).
+pub(crate) const QUEUE: &str = ":queue";
+/// The suffix of the fair waiters' liveness.
+pub(crate) const QUEUE_ALIVE: &str = ":queue:alive";
+/// The suffix of a waiting writer's marker.
+pub(crate) const WRITER_WAITING: &str = ":writer-waiting";
+
 /// The suffixes [`LockKeys`] appends to the lock key for its companion keys
 /// (the channel aside), longest first where one ends another.
 pub(crate) const COMPANIONS: [&str; 7] = [
-    ":readers:holders",
-    ":readers-waiting",
-    ":writer-waiting",
-    ":queue:alive",
-    ":holders",
-    ":readers",
-    ":queue",
+    READERS_HOLDERS,
+    READERS_WAITING,
+    WRITER_WAITING,
+    QUEUE_ALIVE,
+    HOLDERS,
+    READERS,
+    QUEUE,
 ];
 
 impl LockKeys {
     /// A semaphore's companion hash: each holder's re-entry count, token
     /// and permits held; the number of permits and how many are taken.
     pub(crate) fn holders(&self) -> String {
-        format!("{}:holders", self.lock)
+        [self.lock.as_str(), HOLDERS].concat()
     }
 
     /// A read-write lock's readers, scored by lease expiry.
     pub(crate) fn readers(&self) -> String {
-        format!("{}:readers", self.lock)
+        [self.lock.as_str(), READERS].concat()
     }
 
     /// The readers' re-entry counts and tokens.
     pub(crate) fn readers_holders(&self) -> String {
-        format!("{}:readers:holders", self.lock)
+        [self.lock.as_str(), READERS_HOLDERS].concat()
     }
 
     /// The marker waiting readers set so that the next free turn is theirs.
     pub(crate) fn readers_waiting(&self) -> String {
-        format!("{}:readers-waiting", self.lock)
+        [self.lock.as_str(), READERS_WAITING].concat()
     }
 
     /// The fair waiters in line, scored by arrival.
@@ -174,23 +191,23 @@ impl LockKeys {
 
     /// The marker a writer waiting for readers sets, to hold back new readers.
     pub(crate) fn writer_waiting(&self) -> String {
-        format!("{}:writer-waiting", self.lock)
+        [self.lock.as_str(), WRITER_WAITING].concat()
     }
 }
 
 /// The channel a release of the lock whose key is `lock` is published on.
 pub(crate) fn channel(lock: &str) -> String {
-    format!("{lock}:released")
+    [lock, RELEASED].concat()
 }
 
 /// The fair waiters in line of the lock whose key is `lock`.
 pub(crate) fn queue(lock: &str) -> String {
-    format!("{lock}:queue")
+    [lock, QUEUE].concat()
 }
 
 /// The fair waiters' liveness of the lock whose key is `lock`.
 pub(crate) fn queue_alive(lock: &str) -> String {
-    format!("{lock}:queue:alive")
+    [lock, QUEUE_ALIVE].concat()
 }
 
 /// The lock key of the lock `name` under `prefix` (see the module docs).

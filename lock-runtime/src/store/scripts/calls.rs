@@ -3,21 +3,33 @@
 
 use std::time::Duration;
 
+use super::items::Items;
 use super::{
     ACQUIRE, Call, FAIR_ACQUIRE, FAIR_LEAVE, FENCE_RAISE, FORCE_RELEASE, Giving, HANDOFF, INSPECT,
     PERMIT_ACQUIRE, PLACE_RELEASE, Place, READ_ACQUIRE, RELEASE, RENEW, Renewing, Stored,
     TURN_LEAVE,
 };
-use crate::base::keys::{self, LockKeys};
+use crate::base::keys::{
+    self, LockKeys, QUEUE, QUEUE_ALIVE, READERS, READERS_WAITING, RELEASED, WRITER_WAITING,
+};
 use crate::base::kind::Permits;
 
 /// Milliseconds for PEXPIRE, never zero (PEXPIRE 0 would delete the key).
 fn millis(duration: Duration) -> String {
-    (duration.as_millis() as u64).max(1).to_string()
+    lease_millis(duration).to_string()
+}
+
+/// [`millis`] as a number.
+fn lease_millis(duration: Duration) -> u64 {
+    (duration.as_millis() as u64).max(1)
 }
 
 fn flag(on: bool) -> String {
-    if on { "1" } else { "0" }.to_owned()
+    flag_of(on).to_owned()
+}
+
+fn flag_of(on: bool) -> &'static str {
+    if on { "1" } else { "0" }
 }
 
 /// How a request asks for one of its locks (the acquire scripts' "asking"
@@ -52,6 +64,9 @@ impl Asking {
     }
 }
 
+/// [`Asking::Fresh`]'s code as an argument.
+const FRESH: &str = "0";
+
 /// Who asks for locks: its owner id, and how it asks for each lock (the
 /// codes of [`Asking`], one per lock; empty: every lock afresh).
 #[derive(Debug, Clone, Copy)]
@@ -68,11 +83,11 @@ impl<'a> Asker<'a> {
     }
 
     /// The asking argument of a script that takes several locks.
-    fn every(&self) -> String {
+    fn every(&self) -> &str {
         if self.asking.is_empty() {
-            Asking::Fresh.code().to_string()
+            FRESH
         } else {
-            self.asking.to_owned()
+            self.asking
         }
     }
 
@@ -96,23 +111,28 @@ fn by_role(locks: &[LockKeys], roles: &[fn(&LockKeys) -> String]) -> Vec<String>
 /// to wait for readers holds new readers back with a mark that lasts
 /// `mark` unless it tries again.
 pub(crate) fn acquire(locks: &[LockKeys], asker: Asker, lease: Duration, mark: Duration) -> Call {
-    let keys = by_role(
-        locks,
-        &[
-            |l| l.lock.clone(),
-            |l| l.fence.to_string(),
-            LockKeys::readers,
-            LockKeys::writer_waiting,
-            LockKeys::readers_waiting,
-        ],
-    );
-    let args = vec![
-        asker.owner.to_owned(),
-        millis(lease),
-        mark.as_millis().to_string(),
-        asker.every(),
-    ];
-    Call::new(&ACQUIRE, keys, args).quarantined()
+    let bytes: usize = locks
+        .iter()
+        .map(|l| 5 * l.lock.len() + l.fence.len() + 48)
+        .sum();
+    let mut items = Items::with_capacity(5 * locks.len() + 4, bytes + 64);
+    for lock in locks {
+        items.key(&[&lock.lock]);
+    }
+    for lock in locks {
+        items.key(&[&lock.fence]);
+    }
+    for suffix in [READERS, WRITER_WAITING, READERS_WAITING] {
+        for lock in locks {
+            items.key(&[&lock.lock, suffix]);
+        }
+    }
+    items
+        .arg(&[asker.owner])
+        .number(lease_millis(lease))
+        .number(mark.as_millis() as u64)
+        .arg(&[asker.every()]);
+    Call::of(&ACQUIRE, items).quarantined()
 }
 
 /// `permit_acquire.lua`: takes (or re-enters) `permits.take` of the
@@ -203,8 +223,8 @@ pub(crate) fn release(locks: &[LockKeys], stored: &Stored, owner: &str, giving: 
 /// [`Undo`](super::Undo)): every acquire script's first keys are the keys
 /// of its `locks` locks, in order, and its first argument is the owner id.
 pub(crate) fn undo(take: &Call, locks: usize, stored: &Stored, giving: Giving) -> Call {
-    let keys = take.keys[..locks].iter().map(String::as_str);
-    release_of(keys, stored, &take.args[0], giving)
+    let owner = take.args().next().unwrap_or_default();
+    release_of(take.keys().take(locks), stored, owner, giving)
 }
 
 /// [`release`] of the locks whose lock keys are `locks`.
@@ -214,19 +234,24 @@ fn release_of<'a>(
     owner: &str,
     giving: Giving,
 ) -> Call {
-    let mut args = vec![owner.to_owned(), flag(giving.all)];
     let call = match stored {
         Stored::Hash => {
-            let mut keys = Vec::with_capacity(4 * locks.len());
-            keys.extend(locks.clone().map(str::to_owned));
-            keys.extend(locks.clone().map(keys::channel));
-            keys.extend(locks.clone().map(keys::queue));
-            keys.extend(locks.map(keys::queue_alive));
-            args.extend([giving.keep.as_millis().to_string(), flag(giving.announce)]);
-            if !giving.retire.is_zero() {
-                args.push(millis(giving.retire));
+            let bytes: usize = locks.clone().map(|lock| 4 * lock.len() + 40).sum();
+            let mut items = Items::with_capacity(4 * locks.len() + 5, bytes + owner.len() + 16);
+            for suffix in ["", RELEASED, QUEUE, QUEUE_ALIVE] {
+                for lock in locks.clone() {
+                    items.key(&[lock, suffix]);
+                }
             }
-            Call::new(&RELEASE, keys, args)
+            items
+                .arg(&[owner])
+                .arg(&[flag_of(giving.all)])
+                .number(giving.keep.as_millis() as u64)
+                .arg(&[flag_of(giving.announce)]);
+            if !giving.retire.is_zero() {
+                items.number(lease_millis(giving.retire));
+            }
+            Call::of(&RELEASE, items)
         }
         Stored::Place(place) => {
             let Place {
@@ -242,6 +267,7 @@ fn release_of<'a>(
                 // A read lock: name the first fair waiter in line.
                 keys.extend([keys::queue(lock), keys::queue_alive(lock)]);
             }
+            let mut args = vec![owner.to_owned(), flag(giving.all)];
             if !giving.retire.is_zero() {
                 args.push(millis(giving.retire));
             }
@@ -380,7 +406,7 @@ mod tests {
         let locks = [LockKeys::new("lock:", "a"), LockKeys::new("lock:", "b")];
         let call = release(&locks, &Stored::Hash, "me", Giving::ALL);
         assert_eq!(
-            call.keys(),
+            call.keys().collect::<Vec<_>>(),
             [
                 "lock:{a}",
                 "lock:{b}",
@@ -392,7 +418,7 @@ mod tests {
                 "lock:{b}:queue:alive",
             ]
         );
-        assert_eq!(call.args(), ["me", "1", "0", "0"]);
+        assert_eq!(call.args().collect::<Vec<_>>(), ["me", "1", "0", "0"]);
         assert!(call.is_idempotent());
         assert!(!release(&locks, &Stored::Hash, "me", Giving::ONE).is_idempotent());
     }
@@ -401,7 +427,7 @@ mod tests {
     fn a_lease_is_never_zero_milliseconds() {
         let lock = LockKeys::new("lock:", "a");
         let call = permit_acquire(&lock, Asker::fresh("me"), Duration::from_micros(10), 3);
-        assert_eq!(call.args(), ["me", "1", "3", "1", "0"]);
+        assert_eq!(call.args().collect::<Vec<_>>(), ["me", "1", "3", "1", "0"]);
     }
 
     #[test]
@@ -410,9 +436,12 @@ mod tests {
         let several = Permits { limit: 10, take: 4 };
         let call = permit_acquire(&lock, Asker::fresh("me"), Duration::from_secs(1), several);
         assert_eq!(
-            call.keys(),
+            call.keys().collect::<Vec<_>>(),
             ["lock:{pool}", "lock:{pool}:holders", &lock.fence]
         );
-        assert_eq!(call.args(), ["me", "1000", "10", "4", "0"]);
+        assert_eq!(
+            call.args().collect::<Vec<_>>(),
+            ["me", "1000", "10", "4", "0"]
+        );
     }
 }

@@ -11,6 +11,7 @@
 //! are written down once, there and in each script's header.
 
 pub(crate) mod calls;
+mod items;
 mod replies;
 
 use std::sync::{Arc, LazyLock};
@@ -23,6 +24,7 @@ use redis::{Cmd, Script};
 use crate::base::keys::LockKeys;
 use crate::base::kind::Kind;
 
+use items::Items;
 pub(crate) use replies::{Acquired, HandedOn, Released, Taken, acquired, released, unexpected};
 
 /// One script in its four forms: release messages sent with PUBLISH, or
@@ -142,8 +144,7 @@ static FORCE_RELEASE: LazyLock<ScriptPair> = script!("force_release.lua", "line.
 #[derive(Debug, Clone)]
 pub(crate) struct Call {
     script: &'static ScriptPair,
-    keys: Arc<[String]>,
-    args: Arc<[String]>,
+    items: Arc<Items>,
     /// An acquire script: the node appends its restart quarantine
     /// arguments (see `next_fence` in fence.lua).
     quarantined: bool,
@@ -155,10 +156,22 @@ pub(crate) struct Call {
 
 impl Call {
     fn new(script: &'static LazyLock<ScriptPair>, keys: Vec<String>, args: Vec<String>) -> Call {
+        let bytes = keys.iter().chain(&args).map(String::len).sum();
+        let mut items = Items::with_capacity(keys.len() + args.len(), bytes);
+        for key in &keys {
+            items.key(&[key]);
+        }
+        for arg in &args {
+            items.arg(&[arg]);
+        }
+        Call::of(script, items)
+    }
+
+    /// A call of `script` with `items`, its keys and arguments.
+    fn of(script: &'static LazyLock<ScriptPair>, items: Items) -> Call {
         Call {
             script,
-            keys: keys.into(),
-            args: args.into(),
+            items: Arc::new(items),
             quarantined: false,
             idempotent: false,
         }
@@ -186,19 +199,17 @@ impl Call {
 
     /// The first key, which decides where a Cluster routes the call.
     pub(crate) fn first_key(&self) -> Option<&str> {
-        self.keys.first().map(String::as_str)
+        self.items.keys().next()
     }
 
     /// The keys, in KEYS order.
-    #[cfg(test)]
-    pub(crate) fn keys(&self) -> &[String] {
-        &self.keys
+    pub(crate) fn keys(&self) -> impl ExactSizeIterator<Item = &str> + Clone {
+        self.items.keys()
     }
 
     /// The arguments, in ARGV order (without the quarantine's).
-    #[cfg(test)]
-    pub(crate) fn args(&self) -> &[String] {
-        &self.args
+    pub(crate) fn args(&self) -> impl ExactSizeIterator<Item = &str> + Clone {
+        self.items.args()
     }
 
     /// The script this call runs (`sharded`: with SPUBLISH), for loading
@@ -216,7 +227,7 @@ impl Call {
         quarantine: &Quarantine,
     ) -> ScriptInvocation<'static> {
         let mut call = self.script.get(sharded).prepare_invoke();
-        for key in self.keys.iter() {
+        for key in self.keys() {
             call.key(key);
         }
         for arg in self.quarantined_args(quarantine).iter() {
@@ -232,9 +243,10 @@ impl Call {
     /// its own first, then into the command).
     pub(crate) fn command(&self, sharded: bool, quarantine: &Quarantine) -> Cmd {
         let script = self.script.get(sharded);
-        let mut cmd = eval_command(script, 1 + self.keys.len() + self.arg_count(), self.size());
-        cmd.arg(self.keys.len());
-        for key in self.keys.iter() {
+        let keys = self.keys();
+        let mut cmd = eval_command(script, 1 + keys.len() + self.arg_count(), self.size());
+        cmd.arg(keys.len());
+        for key in keys {
             cmd.arg(key);
         }
         self.push_args(&mut cmd, quarantine);
@@ -253,7 +265,7 @@ impl Call {
         let script = first.script.batch(sharded);
         let (mut keys, mut args, mut size) = (0, 1 + 2 * calls.len(), 0);
         for call in calls.clone() {
-            keys += call.keys.len();
+            keys += call.keys().len();
             args += call.arg_count();
             size += call.size();
         }
@@ -263,13 +275,13 @@ impl Call {
         // and every call's arguments.
         batch.arg(keys);
         for call in calls.clone() {
-            for key in call.keys.iter() {
+            for key in call.keys() {
                 batch.arg(key);
             }
         }
         batch.arg(calls.len());
         for call in calls.clone() {
-            batch.arg(call.keys.len()).arg(call.arg_count());
+            batch.arg(call.keys().len()).arg(call.arg_count());
         }
         for call in calls {
             call.push_args(&mut batch, quarantine);
@@ -279,17 +291,16 @@ impl Call {
 
     /// About how many bytes its keys and arguments take.
     fn size(&self) -> usize {
-        let text = |items: &[String]| items.iter().map(String::len).sum::<usize>();
-        text(&self.keys) + text(&self.args) + if self.quarantined { 64 } else { 0 }
+        self.items.bytes() + if self.quarantined { 64 } else { 0 }
     }
 
     /// How many arguments the script gets (with the quarantine's).
     fn arg_count(&self) -> usize {
-        self.args.len() + if self.quarantined { 3 } else { 0 }
+        self.args().len() + if self.quarantined { 3 } else { 0 }
     }
 
     fn push_args(&self, cmd: &mut Cmd, quarantine: &Quarantine) {
-        for arg in self.args.iter() {
+        for arg in self.args() {
             cmd.arg(arg);
         }
         if self.quarantined {
@@ -301,7 +312,7 @@ impl Call {
     /// Its arguments with the quarantine's, as the script gets them.
     #[cfg(test)]
     fn quarantined_args(&self, quarantine: &Quarantine) -> Vec<String> {
-        let mut args = self.args.to_vec();
+        let mut args: Vec<String> = self.args().map(str::to_owned).collect();
         if self.quarantined {
             let (seen, length, strict) = quarantine.args();
             args.extend([seen.to_owned(), length.to_string(), strict.to_owned()]);
@@ -554,8 +565,7 @@ mod tests {
                 let release = calls::release(named, &stored, owner, giving);
                 let context = format!("{kind:?} {giving:?}");
                 assert_eq!(undo.script_name(), release.script_name(), "{context}");
-                assert_eq!(undo.keys(), release.keys(), "{context}");
-                assert_eq!(undo.args(), release.args(), "{context}");
+                assert_eq!(undo.items, release.items, "{context}");
                 assert_eq!(undo.is_idempotent(), release.is_idempotent(), "{context}");
             }
         }
