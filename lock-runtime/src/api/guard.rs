@@ -1,5 +1,6 @@
 //! A held lock.
 
+use std::borrow::Cow;
 use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
@@ -209,6 +210,14 @@ impl LockGuard {
     /// the work of the next holder.
     pub fn fence(&self) -> u64 {
         self.first().fence
+    }
+
+    /// Each lock's name and fencing token, as [`fences`](Self::fences)
+    /// has them, without copying the names.
+    pub(crate) fn named_fences(&self) -> impl ExactSizeIterator<Item = (&str, u64)> + Clone {
+        self.held
+            .iter()
+            .map(|held| (held.name.as_str(), held.fence))
     }
 
     /// Every lock this guard holds with its own fencing token, in sorted order.
@@ -542,8 +551,8 @@ fn give_back_later(
     if other_side {
         return;
     }
-    let keys: Vec<LockKeys> = held.iter().map(|held| held.keys.clone()).collect();
-    let label = label(held);
+    let keys = keys_of(held).into_owned();
+    let label = label(held).into_owned();
     tracing::debug!(key = %label, error = %Chain(err), "release failed; sending it again in the background");
     let owner = (held[0].stored.clone(), vec![held[0].owner.clone()]);
     inner.retire_later(label, keys, owner, keep_until, inner.config.command_timeout);
@@ -576,12 +585,27 @@ fn stop_renewing(client: &LockClient, held: &[Arc<Held>]) -> bool {
     last
 }
 
-/// How errors and logs name a guard's locks: their names joined by `+`.
-fn label(held: &[Arc<Held>]) -> String {
-    held.iter()
-        .map(|held| held.name.as_str())
-        .collect::<Vec<_>>()
-        .join(" + ")
+/// How errors and logs name a guard's locks: their names joined by `+`
+/// (a single lock's is borrowed: most guards hold one, and each release
+/// names it).
+fn label(held: &[Arc<Held>]) -> Cow<'_, str> {
+    match held {
+        [one] => Cow::Borrowed(&one.name),
+        several => several
+            .iter()
+            .map(|held| held.name.as_str())
+            .collect::<Vec<_>>()
+            .join(" + ")
+            .into(),
+    }
+}
+
+/// The keys of a guard's locks (a single lock's borrowed, as in [`label`]).
+fn keys_of(held: &[Arc<Held>]) -> Cow<'_, [LockKeys]> {
+    match held {
+        [one] => Cow::Borrowed(std::slice::from_ref(&one.keys)),
+        several => several.iter().map(|held| held.keys.clone()).collect(),
+    }
 }
 
 /// Gives each lock back one level, or every level when `whole`; a lock
@@ -593,12 +617,12 @@ async fn give_back(
     keep: Duration,
 ) -> Result<Vec<Released>, LockError> {
     let inner = &client.inner;
-    let keys: Vec<LockKeys> = held.iter().map(|held| held.keys.clone()).collect();
+    let keys = keys_of(held);
     let label = label(held);
     let (owner, stored) = (&held[0].owner, &held[0].stored);
     let announce = keys
         .iter()
-        .any(|lock| inner.wakeups.has_live_waiters(&lock.channel()));
+        .any(|lock| inner.wakeups.has_live_waiters(&lock.lock));
     let giving = Giving {
         all: whole,
         keep,
@@ -613,7 +637,7 @@ async fn give_back(
         if !taken.is_empty() {
             let handing_on = hand_on(
                 client.clone(),
-                label,
+                label.into_owned(),
                 lock.clone(),
                 owner.clone(),
                 giving,

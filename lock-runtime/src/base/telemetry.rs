@@ -473,7 +473,10 @@ impl Acquiring {
 
     /// Records how the acquisition ended: granted, with each lock's key
     /// and fencing token in the order they were named, or failed.
-    pub(crate) fn finish(self, result: Result<&[(&str, u64)], &LockError>) {
+    pub(crate) fn finish<'a>(
+        self,
+        result: Result<impl ExactSizeIterator<Item = (&'a str, u64)> + Clone, &LockError>,
+    ) {
         let Acquiring {
             span,
             kind,
@@ -483,7 +486,7 @@ impl Acquiring {
         span.record("wait_seconds", waited.as_secs_f64());
         let outcome = match result {
             Ok(fences) => {
-                if let Some((_, first)) = fences.first() {
+                if let Some((_, first)) = fences.clone().next() {
                     span.record("fence", first);
                 }
                 if fences.len() > 1 {

@@ -23,6 +23,7 @@ use tokio::sync::{Notify, mpsc, watch};
 use tokio_util::sync::CancellationToken;
 
 use crate::base::error::Chain;
+use crate::base::keys;
 use crate::store::connection::{Following, Managed};
 #[cfg(feature = "memory")]
 use crate::store::memory::MemorySubscriber;
@@ -237,15 +238,17 @@ impl Wakeups {
         self.connected.load(Ordering::Relaxed)
     }
 
-    /// Whether tasks of this process wait for the lock with release channel
-    /// `name`, with release messages arriving.
-    pub(crate) fn has_live_waiters(&self, name: &str) -> bool {
-        self.channels
-            .watched()
-            .get(name)
-            .is_some_and(|(count, channel)| {
-                *count > 0 && *channel.ready.borrow() == Readiness::Subscribed
-            })
+    /// Whether tasks of this process wait for the lock whose key is `lock`,
+    /// with release messages arriving. Asked at every acquisition and
+    /// release: its channel's name is made only when some lock is watched.
+    pub(crate) fn has_live_waiters(&self, lock: &str) -> bool {
+        let watched = self.channels.watched();
+        !watched.is_empty()
+            && watched
+                .get(keys::channel(lock).as_str())
+                .is_some_and(|(count, channel)| {
+                    *count > 0 && *channel.ready.borrow() == Readiness::Subscribed
+                })
     }
 
     /// Starts watching the release channels of one or more locks; the

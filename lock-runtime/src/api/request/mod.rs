@@ -40,8 +40,9 @@ pub struct LockRequest {
     kind: Kind,
     /// The locks' names, sorted and without duplicates.
     names: Vec<String>,
-    /// How errors and logs name the request: the names joined by `+`.
-    label: String,
+    /// How errors and logs name a request for several locks: the names
+    /// joined by `+` (see [`label`](Self::label)).
+    joined: Option<String>,
     lease: Duration,
     wait: Duration,
     /// Replicas that must confirm the lock (`None`: the client's setting).
@@ -133,7 +134,7 @@ impl LockRequest {
         names.dedup();
         let config = &client.inner.config;
         LockRequest {
-            label: names.join(" + "),
+            joined: (names.len() > 1).then(|| names.join(" + ")),
             lease: config.default_lease,
             wait: config.default_wait,
             client,
@@ -303,7 +304,7 @@ impl LockRequest {
                 self.misuse = Some(format!(
                     "`permits` applies to semaphores (LockClient::semaphore), not to the {} lock `{}`",
                     other.lock_kind(),
-                    self.label
+                    self.label()
                 ))
             }
         }
@@ -373,7 +374,7 @@ impl LockRequest {
     pub async fn acquire(self) -> Result<LockGuard, LockError> {
         // The span lives on in the guard: see the `telemetry` module.
         let level = self.client.inner.config.span_level;
-        let acquiring = Acquiring::start(self.metric_kind(), &self.label, level);
+        let acquiring = Acquiring::start(self.metric_kind(), self.label(), level);
         let span = acquiring.span().clone();
         let client = self.client.clone();
         let mut result = self.acquire_inner(&span).instrument(span.clone()).await;
@@ -383,15 +384,8 @@ impl LockRequest {
             result = Err(LockError::ShutDown);
         }
         match &result {
-            Ok(guard) => {
-                let fences = guard.fences();
-                let fences: Vec<(&str, u64)> = fences
-                    .iter()
-                    .map(|lock| (lock.name.as_str(), lock.fence))
-                    .collect();
-                acquiring.finish(Ok(&fences));
-            }
-            Err(err) => acquiring.finish(Err(err)),
+            Ok(guard) => acquiring.finish(Ok(guard.named_fences())),
+            Err(err) => acquiring.finish(Err::<std::iter::Empty<_>, _>(err)),
         }
         result
     }
@@ -552,7 +546,7 @@ impl LockRequest {
                 "`{}`: this task holds some of these locks in enclosing critical \
                  sections but not all of them under one owner; take the held ones \
                  and the others in separate requests",
-                self.label
+                self.label()
             ))),
         }
     }
@@ -580,7 +574,7 @@ impl LockRequest {
                     return Err(LockError::Config(format!(
                         "`{}` is held with a {held} lease by an enclosing critical section; \
                          re-entering it with a {asked} lease would change how long it is held",
-                        self.label
+                        self.label()
                     )));
                 }
                 Some(true) => Asking::Reentry,
@@ -589,7 +583,7 @@ impl LockRequest {
                 None => {
                     registry.lose_all(lock, owner, LossReason::NotHeldAtReentry);
                     return Err(LockError::Lost {
-                        key: self.label.clone(),
+                        key: self.label().to_owned(),
                         reason: LossReason::NotHeldAtReentry,
                     });
                 }
@@ -636,7 +630,7 @@ impl LockRequest {
             drift: inner.config.drift_for(self.lease),
         };
         let attempt = Attempt {
-            name: &self.label,
+            name: self.label(),
             locks: keys,
             owner,
             asking,
@@ -706,7 +700,7 @@ impl LockRequest {
                 ..Giving::ONE
             };
             if let Err(err) = backend
-                .release(&self.label, keys, &stored, owner, giving)
+                .release(self.label(), keys, &stored, owner, giving)
                 .await
             {
                 return Ok(Outcome::Abandon(err));
@@ -748,6 +742,15 @@ impl LockRequest {
         Ok(Outcome::Taken(guard.held_at_least(self.at_least, sent)))
     }
 
+    /// How errors and logs name the request: its lock's name, or the names
+    /// joined by `+` (made once, and only for several locks).
+    fn label(&self) -> &str {
+        match &self.joined {
+            Some(joined) => joined,
+            None => self.names.first().map_or("", String::as_str),
+        }
+    }
+
     /// The `kind` label of the request's metrics.
     fn metric_kind(&self) -> &'static str {
         telemetry::kind_label(self.kind, self.write)
@@ -777,7 +780,7 @@ impl LockRequest {
                 .replicas(self.replicas)
                 .map_or(Duration::ZERO, |replicas| replicas.timeout);
         let stored = Stored::for_kind(self.kind, &keys[0]);
-        let (label, locks) = (self.label.clone(), keys.to_vec());
+        let (label, locks) = (self.label().to_owned(), keys.to_vec());
         inner.retire_later(label, locks, (stored, vec![owner]), None, again_after);
     }
 
@@ -785,7 +788,7 @@ impl LockRequest {
     /// or, when the last attempt found only the restart quarantine in the
     /// way, closed by it until `closed`.
     fn timeout(&self, started: Instant, closed: Option<Instant>) -> LockError {
-        let (key, waited) = (self.label.clone(), started.elapsed());
+        let (key, waited) = (self.label().to_owned(), started.elapsed());
         match closed {
             Some(until) => LockError::Quarantined {
                 key,

@@ -85,6 +85,6 @@ impl LockRequest {
     /// Whether tasks of this client wait for `lock` now.
     fn has_local_waiters(&self, lock: &LockKeys) -> bool {
         let wakeups = &self.client.inner.wakeups;
-        wakeups.has_live_waiters(&lock.channel())
+        wakeups.has_live_waiters(&lock.lock)
     }
 }

@@ -92,7 +92,7 @@ impl<'a> Unsettled<'a> {
 impl Drop for Unsettled<'_> {
     fn drop(&mut self) {
         if let Some(owner) = self.owner.take() {
-            tracing::debug!(key = %self.request.label, "acquire ended without knowing whether it was granted; giving back what it may hold");
+            tracing::debug!(key = %self.request.label(), "acquire ended without knowing whether it was granted; giving back what it may hold");
             self.request.give_back_for(self.keys, owner);
         }
     }
@@ -160,7 +160,7 @@ impl Drop for Waiting<'_> {
         }
         let backend = self.request.client.inner.backend.clone();
         let (label, keys, owner, trace) = (
-            self.request.label.clone(),
+            self.request.label().to_owned(),
             self.keys.to_vec(),
             self.owner.clone(),
             self.trace,
