@@ -226,23 +226,120 @@ type Labels<'a> = &'a [(&'static str, &'static str)];
 
 fn count(name: &'static str, labels: Labels<'_>) {
     #[cfg(feature = "metrics")]
-    metrics::counter!(name, labels).increment(1);
+    keys::with_key(name, labels, |recorder, key| {
+        recorder.register_counter(key, &keys::METADATA).increment(1);
+    });
     #[cfg(not(feature = "metrics"))]
     let _ = (name, labels);
 }
 
 fn observe(name: &'static str, labels: Labels<'_>, value: Duration) {
     #[cfg(feature = "metrics")]
-    metrics::histogram!(name, labels).record(value.as_secs_f64());
+    keys::with_key(name, labels, |recorder, key| {
+        let histogram = recorder.register_histogram(key, &keys::METADATA);
+        histogram.record(value.as_secs_f64());
+    });
     #[cfg(not(feature = "metrics"))]
     let _ = (name, labels, value);
 }
 
 fn add(name: &'static str, labels: Labels<'_>, delta: f64) {
     #[cfg(feature = "metrics")]
-    metrics::gauge!(name, labels).increment(delta);
+    keys::with_key(name, labels, |recorder, key| {
+        recorder
+            .register_gauge(key, &keys::METADATA)
+            .increment(delta);
+    });
     #[cfg(not(feature = "metrics"))]
     let _ = (name, labels, delta);
+}
+
+/// The metrics' keys, made once per thread for each name and set of
+/// labels. The `metrics` macros make a key at every call (a vector of
+/// labels, and its hash), and a lock records about six metrics per
+/// acquisition and release. Names and label values are all `&'static str`,
+/// so the cache is keyed by their addresses: cheap to hash, and bounded by
+/// the labels this module writes (the same text at two addresses is two
+/// entries for one series, which is only a little memory).
+#[cfg(feature = "metrics")]
+mod keys {
+    use std::cell::RefCell;
+    use std::collections::HashMap;
+    use std::hash::{BuildHasherDefault, Hasher};
+    use std::rc::Rc;
+
+    use metrics::{Key, Label, Level, Metadata, Recorder};
+
+    use super::Labels;
+
+    /// What the `metrics` macros would record with this module's calls.
+    pub(super) static METADATA: Metadata<'static> =
+        Metadata::new(module_path!(), Level::INFO, Some(module_path!()));
+
+    /// The most labels a cached key has (more are not cached).
+    const MOST_LABELS: usize = 3;
+
+    /// A name's address and its labels' (key and value) addresses.
+    type Id = (usize, [(usize, usize); MOST_LABELS]);
+
+    /// Hashes the addresses of [`Id`] (not text anyone else chooses).
+    #[derive(Default)]
+    struct Addresses(u64);
+
+    impl Hasher for Addresses {
+        fn finish(&self) -> u64 {
+            self.0
+        }
+
+        fn write(&mut self, bytes: &[u8]) {
+            for byte in bytes {
+                self.write_u64(u64::from(*byte));
+            }
+        }
+
+        fn write_u64(&mut self, word: u64) {
+            self.0 = (self.0.rotate_left(5) ^ word).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
+        }
+
+        fn write_usize(&mut self, word: usize) {
+            self.write_u64(word as u64);
+        }
+    }
+
+    thread_local! {
+        static KEYS: RefCell<HashMap<Id, Rc<Key>, BuildHasherDefault<Addresses>>> =
+            RefCell::default();
+    }
+
+    /// Runs `record` with the current recorder and the key of `name` with
+    /// `labels`.
+    pub(super) fn with_key(
+        name: &'static str,
+        labels: Labels<'_>,
+        record: impl FnOnce(&dyn Recorder, &Key),
+    ) {
+        let address = |text: &str| text.as_ptr() as usize;
+        let make = || {
+            let labels = labels.iter().map(|(k, v)| Label::from_static_parts(k, v));
+            Key::from_parts(name, labels.collect::<Vec<_>>())
+        };
+        if labels.len() > MOST_LABELS {
+            let key = make();
+            return metrics::with_recorder(|recorder| record(recorder, &key));
+        }
+        let mut id: Id = (address(name), [(0, 0); MOST_LABELS]);
+        for (slot, (k, v)) in id.1.iter_mut().zip(labels) {
+            *slot = (address(k), address(v));
+        }
+        // The recorder runs with the cache free (it is the application's
+        // code), and without it while the thread's locals are torn down.
+        let cached = KEYS.try_with(|keys| {
+            let mut keys = keys.borrow_mut();
+            keys.entry(id).or_insert_with(|| Rc::new(make())).clone()
+        });
+        let key = cached.unwrap_or_else(|_| Rc::new(make()));
+        metrics::with_recorder(|recorder| record(recorder, &key));
+    }
 }
 
 fn held_by(kind: &'static str, delta: f64) {
@@ -818,6 +915,54 @@ mod tests {
             let now = gauges.read(&recorder);
             assert_eq!(now.value(CLIENTS), 0.0);
             assert_eq!(now.value(SUBSCRIBER_CONNECTED), 0.0);
+        });
+    }
+
+    #[test]
+    fn cached_keys_keep_each_name_and_set_of_labels_apart() {
+        let recorder = DebuggingRecorder::new();
+        metrics::with_local_recorder(&recorder, || {
+            for _ in 0..3 {
+                count(LOCK_ACQUIRED_TOTAL, &[("kind", "exclusive")]);
+            }
+            count(LOCK_ACQUIRED_TOTAL, &[("kind", "fair")]);
+            count(LOCK_RELEASED_TOTAL, &[("kind", "fair")]);
+            let many = [("kind", "read"), ("operation", "acquire"), ("error", "io")];
+            count(LOCK_ERRORS_TOTAL, &many);
+            count(
+                LOCK_ERRORS_TOTAL,
+                &[many[0], many[1], many[2], ("more", "x")],
+            );
+            observe(LOCK_WAIT_SECONDS, &many[..1], Duration::from_millis(250));
+            let mut seen: Vec<String> = recorder
+                .snapshotter()
+                .snapshot()
+                .into_vec()
+                .into_iter()
+                .map(|(key, _, _, value)| {
+                    let labels: Vec<String> = key
+                        .key()
+                        .labels()
+                        .map(|label| format!("{}={}", label.key(), label.value()))
+                        .collect();
+                    let value = match value {
+                        DebugValue::Counter(n) => n.to_string(),
+                        DebugValue::Histogram(values) => format!("{values:?}"),
+                        DebugValue::Gauge(value) => value.to_string(),
+                    };
+                    format!("{} {} {value}", key.key().name(), labels.join(","))
+                })
+                .collect();
+            seen.sort();
+            let expected = [
+                format!("{LOCK_ACQUIRED_TOTAL} kind=exclusive 3"),
+                format!("{LOCK_ACQUIRED_TOTAL} kind=fair 1"),
+                format!("{LOCK_ERRORS_TOTAL} kind=read,operation=acquire,error=io 1"),
+                format!("{LOCK_ERRORS_TOTAL} kind=read,operation=acquire,error=io,more=x 1"),
+                format!("{LOCK_RELEASED_TOTAL} kind=fair 1"),
+                format!("{LOCK_WAIT_SECONDS} kind=read [0.25]"),
+            ];
+            assert_eq!(seen, expected);
         });
     }
 
