@@ -83,7 +83,12 @@ pub(crate) type Reply = Result<Value, Failure>;
 /// script call (alone when there is one), within the command timeout.
 /// For several calls, the reply is one reply per call (see `batch.lua`).
 pub(crate) trait Transport: Clone + Send + Sync + 'static {
-    fn send(&self, calls: Vec<Call>) -> BoxFuture<'static, Reply>;
+    /// The command is made from `calls` before this returns: the future
+    /// borrows none of them.
+    fn send<'a>(
+        &self,
+        calls: impl ExactSizeIterator<Item = &'a Call> + Clone,
+    ) -> BoxFuture<'static, Reply>;
 }
 
 /// Calls that go to Redis together: one script, one hash slot (a Cluster
@@ -372,7 +377,7 @@ impl Drop for Sender {
 
 /// Sends `batch` as one call and hands each caller its reply.
 async fn deliver<T: Transport>(transport: &T, batch: Vec<Waiter>) {
-    let calls = batch.iter().map(|waiter| waiter.call.clone()).collect();
+    let calls = batch.iter().map(|waiter| &waiter.call);
     match transport.send(calls).await {
         Ok(value) if batch.len() == 1 => {
             let waiter = batch.into_iter().next().expect("one waiter");
@@ -428,7 +433,7 @@ fn hand<T: Transport>(transport: &T, waiter: Waiter, reply: Reply) {
     let (Some(undo), true) = (waiter.undo, granted(&value)) else {
         return;
     };
-    let give_back = transport.send(vec![undo.call()]);
+    let give_back = transport.send(std::iter::once(&undo.call()));
     tokio::spawn(async move {
         if let Err(failure) = give_back.await {
             tracing::debug!(

@@ -376,18 +376,21 @@ impl Node {
 }
 
 impl Transport for Node {
-    fn send(&self, calls: Vec<Call>) -> BoxFuture<'static, Reply> {
+    fn send<'a>(
+        &self,
+        mut calls: impl ExactSizeIterator<Item = &'a Call> + Clone,
+    ) -> BoxFuture<'static, Reply> {
+        let (sharded, quarantine) = (self.sharded, &self.quarantine);
+        let (cmd, script) = match calls.len() {
+            1 => {
+                let call = calls.clone().next().expect("one call");
+                (call.command(sharded, quarantine), call.script(sharded))
+            }
+            _ => Call::batch(calls.clone(), sharded, quarantine).expect("a batch has calls"),
+        };
+        let idempotent = calls.all(Call::is_idempotent);
         let node = self.clone();
         Box::pin(async move {
-            let (cmd, script) = match calls.as_slice() {
-                [call] => (
-                    call.command(node.sharded, &node.quarantine),
-                    call.script(node.sharded),
-                ),
-                _ => Call::batch(calls.iter(), node.sharded, &node.quarantine)
-                    .expect("a batch has calls"),
-            };
-            let idempotent = calls.iter().all(Call::is_idempotent);
             let conn = &node.conn;
             let invoke = || evalsha::<Value>(conn.clone(), &cmd, script);
             let reply = bounded(node.timeout, retried(conn.is_cluster(), idempotent, invoke)).await;
