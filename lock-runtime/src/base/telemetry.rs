@@ -258,7 +258,7 @@ fn add(name: &'static str, labels: Labels<'_>, delta: f64) {
 /// labels. The `metrics` macros make a key at every call (a vector of
 /// labels, and its hash), and a lock records about six metrics per
 /// acquisition and release. Names and label values are all `&'static str`,
-/// so the cache is keyed by their addresses: cheap to hash, and bounded by
+/// so the cache is keyed by their addresses and lengths: cheap to hash, and bounded by
 /// the labels this module writes (the same text at two addresses is two
 /// entries for one series, which is only a little memory).
 #[cfg(feature = "metrics")]
@@ -272,15 +272,21 @@ mod keys {
 
     use super::Labels;
 
-    /// What the `metrics` macros would record with this module's calls.
+    /// What the `metrics` macros record with calls from the telemetry
+    /// module (whose path is the target, not this module's).
     pub(super) static METADATA: Metadata<'static> =
-        Metadata::new(module_path!(), Level::INFO, Some(module_path!()));
+        Metadata::new(TELEMETRY, Level::INFO, Some(TELEMETRY));
+
+    const TELEMETRY: &str = "lock_runtime::base::telemetry";
 
     /// The most labels a cached key has (more are not cached).
     const MOST_LABELS: usize = 3;
 
-    /// A name's address and its labels' (key and value) addresses.
-    type Id = (usize, [(usize, usize); MOST_LABELS]);
+    /// Where a static string is: its address and length.
+    type At = (usize, usize);
+
+    /// Where a name is, and its labels' keys and values.
+    type Id = (At, [(At, At); MOST_LABELS]);
 
     /// Hashes the addresses of [`Id`] (not text anyone else chooses).
     #[derive(Default)]
@@ -318,7 +324,7 @@ mod keys {
         labels: Labels<'_>,
         record: impl FnOnce(&dyn Recorder, &Key),
     ) {
-        let address = |text: &str| text.as_ptr() as usize;
+        let address = |text: &str| (text.as_ptr() as usize, text.len());
         let make = || {
             let labels = labels.iter().map(|(k, v)| Label::from_static_parts(k, v));
             Key::from_parts(name, labels.collect::<Vec<_>>())
@@ -327,7 +333,7 @@ mod keys {
             let key = make();
             return metrics::with_recorder(|recorder| record(recorder, &key));
         }
-        let mut id: Id = (address(name), [(0, 0); MOST_LABELS]);
+        let mut id: Id = (address(name), [((0, 0), (0, 0)); MOST_LABELS]);
         for (slot, (k, v)) in id.1.iter_mut().zip(labels) {
             *slot = (address(k), address(v));
         }

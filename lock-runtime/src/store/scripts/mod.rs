@@ -517,8 +517,8 @@ mod tests {
     use crate::base::keys::LockKeys;
     use crate::store::scripts::calls::{self, Asker};
 
-    /// A call's command is byte for byte the one redis-rs's
-    /// `ScriptInvocation` sends for the same script, keys and arguments.
+    /// An undo, built from its acquire call, is the release that call's
+    /// locks and owner id would get.
     #[test]
     fn an_undo_builds_the_release_of_what_its_acquire_call_names() {
         let locks = [LockKeys::new("lock:", "a"), LockKeys::new("lock:", "{t}b")];
@@ -571,6 +571,8 @@ mod tests {
         }
     }
 
+    /// A call's command is byte for byte the one redis-rs's
+    /// `ScriptInvocation` sends for the same script, keys and arguments.
     #[test]
     fn a_command_is_what_a_script_invocation_sends() {
         let locks = [LockKeys::new("lock:", "a"), LockKeys::new("lock:", "b")];
