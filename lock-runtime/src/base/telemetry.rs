@@ -258,9 +258,9 @@ fn add(name: &'static str, labels: Labels<'_>, delta: f64) {
 /// labels. The `metrics` macros make a key at every call (a vector of
 /// labels, and its hash), and a lock records about six metrics per
 /// acquisition and release. Names and label values are all `&'static str`,
-/// so the cache is keyed by their addresses and lengths: cheap to hash, and bounded by
-/// the labels this module writes (the same text at two addresses is two
-/// entries for one series, which is only a little memory).
+/// so the cache is keyed by their addresses and lengths: cheap to hash,
+/// and bounded by the labels this module writes (the same text at two
+/// addresses is two entries for one series, which is only a little memory).
 #[cfg(feature = "metrics")]
 mod keys {
     use std::cell::RefCell;
