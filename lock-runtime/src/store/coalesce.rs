@@ -12,19 +12,19 @@
 //! as it would without coalescing, so a lone caller is never slowed; the
 //! batches grow with the load, by themselves.
 //!
-//! Who sends. A call that finds its lane idle (nothing waiting, fewer than
-//! [`IN_FLIGHT`] calls on their way) goes alone, sent from its caller's own
-//! future: a lone call costs no task switch. Calls that find the lane busy
-//! wait for the lane's *sender*, a task that runs while calls wait: it
-//! sends them in batches and hands each caller its reply, whatever the
-//! callers' futures do. A call gone alone takes a place among the
-//! [`IN_FLIGHT`] like a batch, and the lane keeps it as a [`Flight`]:
-//! when calls wait for its place, the sender drives it too, so that its
-//! reply is handled and its place freed whether or not its caller's
-//! future is polled again. So a caller whose future is polled once and
-//! then kept without being polled (a `buffer_unordered` under
-//! back-pressure, a `select!` branch no longer polled) holds up no other
-//! call; its own reply waits for it, and a grant in it stays its own.
+//! Who sends. A call that finds its lane idle enough (nothing waiting,
+//! fewer than [`IN_FLIGHT`] calls gone alone or in batches on their way)
+//! goes alone, sent from its caller's own future, and its reply comes
+//! straight back to it: a lone call costs no task switch, no channel and
+//! nothing shared. Calls that find the lane busy wait for the lane's
+//! *sender*, a task that runs while calls wait: it sends them in batches
+//! (at most [`IN_FLIGHT`] of its own on their way) and hands each caller
+//! its reply, whatever the callers' futures do. The sender never waits for
+//! a call gone alone, which only its caller's future drives: so a caller
+//! whose future is polled once and then kept without being polled (a
+//! `buffer_unordered` under back-pressure, a `select!` branch no longer
+//! polled) holds up no other call; its own reply waits for it, and a grant
+//! in it stays its own.
 //!
 //! Cancellation. A caller dropped while its call waits takes it out (its
 //! call is never sent). Releases too: a release whose caller gave up (its
@@ -35,21 +35,22 @@
 //! handed to the callers still there, and an acquisition granted to a
 //! caller that is gone is given back at once (its `undo` call), instead of
 //! staying taken until its lease runs out. A caller dropped midway through
-//! a call it sent alone leaves the rest of it to a task (see [`Detached`]);
+//! a call it sent alone leaves the rest of it to a task (see [`Alone`]);
 //! the sender's batches are in a task from the start.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::task::{Context, Poll};
 use std::time::Duration;
 
-use futures_util::future::{BoxFuture, select_all};
+use futures_util::future::BoxFuture;
 use futures_util::stream::{FuturesUnordered, StreamExt};
 use redis::{RedisError, Value};
-use tokio::sync::{Notify, oneshot};
+use tokio::sync::oneshot;
 
-use crate::base::detached::Detached;
 use crate::base::error::LockError;
-use crate::base::flight::{Driven, Flight, Party};
 use crate::base::keys::slot;
 use crate::store::scripts::{Call, Undo};
 
@@ -113,7 +114,8 @@ impl Lane {
     }
 }
 
-/// One caller's call, waiting to be sent or on its way.
+/// One caller's call, waiting for the lane's sender or in a batch on its
+/// way.
 struct Waiter {
     call: Call,
     /// Gives back what `call` granted, if its caller is gone by the time
@@ -122,10 +124,11 @@ struct Waiter {
     reply: oneshot::Sender<Reply>,
 }
 
-/// How many calls of one lane may be on their way at once. One keeps the
-/// batches largest; two let a batch be built, sent and answered while the
-/// other is run by Redis: lock-bench's throughput scenario (64 tasks) went
-/// from 54 000 to 57 000 pairs/s with two, on the 2-core machine of
+/// How many calls of one lane may go alone at once, and how many batches
+/// the lane's sender may have on their way at once. One keeps the batches
+/// largest; two let a batch be built, sent and answered while the other is
+/// run by Redis: lock-bench's throughput scenario (64 tasks) went from
+/// 54 000 to 57 000 pairs/s with two, on the 2-core machine of
 /// BENCHMARKS.md.
 const IN_FLIGHT: u8 = 2;
 
@@ -137,27 +140,24 @@ const MOST_PER_BATCH: usize = 256;
 struct Queue {
     /// Calls waiting for the sender; while there are any, it runs.
     waiting: Vec<Waiter>,
-    /// Calls on their way that went alone, by number.
-    alone: Vec<(u64, Flight)>,
-    /// The number of the next call to go alone.
-    numbered: u64,
+    /// Calls on their way that went alone.
+    alone: u8,
     /// Whether the lane's sender task runs.
     sender: bool,
     /// Batches the sender has on their way.
     batches: u8,
-    /// Wakes the sender, while it runs, when a call gone alone is back and
-    /// calls wait.
-    wake: Option<Arc<Notify>>,
 }
 
 impl Queue {
     fn idle(&self) -> bool {
-        self.waiting.is_empty() && self.alone.is_empty() && !self.sender
+        self.waiting.is_empty() && self.alone == 0 && !self.sender
     }
 
-    /// How many calls are on their way.
-    fn on_their_way(&self) -> usize {
-        self.alone.len() + usize::from(self.batches)
+    /// Whether a call may go alone: nothing waits for the sender (which
+    /// would then be overtaken), and fewer than [`IN_FLIGHT`] calls of the
+    /// lane are on their way.
+    fn may_go_alone(&self) -> bool {
+        self.waiting.is_empty() && self.alone + self.batches < IN_FLIGHT
     }
 }
 
@@ -184,45 +184,45 @@ impl Coalescer {
         undo: Option<Undo>,
         timeout: Duration,
     ) -> Reply {
-        let (reply, replied) = oneshot::channel();
-        let waiter = Waiter { call, undo, reply };
-        let (alone, new_sender) = {
+        // Decided under the lanes' lock, let go of before anything is
+        // awaited.
+        let route = {
             let mut lanes = self.lanes();
             let queue = lanes.entry(lane).or_default();
-            if queue.waiting.is_empty() && queue.on_their_way() < usize::from(IN_FLIGHT) {
-                let number = queue.numbered;
-                queue.numbered += 1;
-                let back = Back {
-                    coalescer: Arc::downgrade(self),
-                    lane,
-                    number,
-                };
-                let transport = transport.clone();
-                // Its caller's future drives it, and so does the lane's
-                // sender when it needs its place.
-                let flight = Flight::new(async move {
-                    deliver(&transport, vec![waiter]).await;
-                    drop(back);
-                });
-                queue.alone.push((number, flight.clone()));
-                (Some(flight), None)
+            if queue.may_go_alone() {
+                queue.alone += 1;
+                Route::Alone(call, undo)
             } else {
-                queue.waiting.push(waiter);
+                let (reply, replied) = oneshot::channel();
+                queue.waiting.push(Waiter { call, undo, reply });
                 let new_sender = !std::mem::replace(&mut queue.sender, true);
-                let wake = new_sender.then(|| queue.wake.insert(Arc::default()).clone());
-                (None, wake)
+                Route::Waits(replied, new_sender)
             }
         };
-        if let Some(flight) = alone {
-            Detached::new(flight.driven_by(Party::Caller)).await;
-        } else if let Some(wake) = new_sender {
+        let (replied, new_sender) = match route {
+            // The transport bounds the call by the command timeout.
+            Route::Alone(call, undo) => {
+                return Alone {
+                    sending: Some(transport.send(std::iter::once(&call))),
+                    undo,
+                    transport,
+                    out: Some(Out {
+                        coalescer: self.clone(),
+                        lane,
+                    }),
+                }
+                .await;
+            }
+            Route::Waits(replied, new_sender) => (replied, new_sender),
+        };
+        if new_sender {
             // Made here, so that a task dropped before it ran still stops it.
             let sender = Sender {
                 coalescer: self.clone(),
                 lane,
                 stopped: false,
             };
-            tokio::spawn(run_sender(sender, transport.clone(), wake));
+            tokio::spawn(run_sender(sender, transport.clone()));
         }
         match tokio::time::timeout(timeout, replied).await {
             Ok(Ok(reply)) => reply,
@@ -236,33 +236,84 @@ impl Coalescer {
     }
 }
 
-/// Dropped when a call gone alone is back: it leaves its lane, and the
-/// sender, if calls wait, has room for them. (A weak reference: the lane
-/// holds the call.)
-struct Back {
-    coalescer: Weak<Coalescer>,
-    lane: Lane,
-    number: u64,
+/// How a call goes: alone, or waiting for the lane's sender (to be started
+/// when `true`) and its reply from this channel.
+enum Route {
+    Alone(Call, Option<Undo>),
+    Waits(oneshot::Receiver<Reply>, bool),
 }
 
-impl Drop for Back {
+/// A call gone alone, sent from its caller's future: its reply goes
+/// straight to the caller, with no channel, task or shared state between
+/// them. Dropped before the reply came, it leaves the rest to a task, which
+/// gives back what the call granted (its `undo`).
+struct Alone<'a, T: Transport> {
+    /// The call on its way, until its reply came.
+    sending: Option<BoxFuture<'static, Reply>>,
+    undo: Option<Undo>,
+    transport: &'a T,
+    /// The call's place among its lane's calls on their way.
+    out: Option<Out>,
+}
+
+impl<T: Transport> Future for Alone<'_, T> {
+    type Output = Reply;
+
+    /// # Panics
+    ///
+    /// When polled again after it returned its reply, as any future may.
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Reply> {
+        let sending = self
+            .sending
+            .as_mut()
+            .expect("a call gone alone is not polled after its reply");
+        let Poll::Ready(reply) = sending.as_mut().poll(cx) else {
+            return Poll::Pending;
+        };
+        self.sending = None;
+        self.out = None;
+        Poll::Ready(reply)
+    }
+}
+
+impl<T: Transport> Drop for Alone<'_, T> {
     fn drop(&mut self) {
-        let Some(coalescer) = self.coalescer.upgrade() else {
+        let Some(sending) = self.sending.take() else {
             return;
         };
-        let mut lanes = coalescer.lanes();
+        // Without a runtime nothing can run the rest: it is dropped, and a
+        // grant in it is left to its lease.
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let (undo, out, transport) = (self.undo.take(), self.out.take(), self.transport.clone());
+        runtime.spawn(async move {
+            let reply = sending.await;
+            drop(out);
+            if let (Ok(value), Some(undo)) = (reply, undo) {
+                give_back(&transport, &value, &undo);
+            }
+        });
+    }
+}
+
+/// A call gone alone: while it is on its way, it counts among its lane's
+/// calls on their way; dropped, it leaves them.
+struct Out {
+    coalescer: Arc<Coalescer>,
+    lane: Lane,
+}
+
+impl Drop for Out {
+    fn drop(&mut self) {
+        let mut lanes = self.coalescer.lanes();
         let Some(queue) = lanes.get_mut(&self.lane) else {
             return;
         };
-        let at = queue.alone.iter().position(|(n, _)| *n == self.number);
-        let this = at.map(|at| queue.alone.swap_remove(at));
-        if let (false, Some(wake)) = (queue.waiting.is_empty(), &queue.wake) {
-            wake.notify_one();
-        } else if queue.idle() {
+        queue.alone = queue.alone.saturating_sub(1);
+        if queue.idle() {
             lanes.remove(&self.lane);
         }
-        drop(lanes);
-        drop(this);
     }
 }
 
@@ -270,38 +321,25 @@ impl Drop for Back {
 enum Next {
     /// Sends these calls as one batch.
     Send(Vec<Waiter>),
-    /// Waits for a batch of its own to be back, or for one of these calls
-    /// gone alone (driving them: their callers may not poll them) when
-    /// calls wait for their places.
-    Wait(Vec<Driven>),
+    /// Waits for a batch of its own to be back.
+    Wait,
     /// Nothing waits and nothing of its own is on its way: it stops.
     Stop,
 }
 
 /// The sender of a lane: sends what waits there, batch after batch, until
-/// nothing waits and nothing it sent is on its way.
-async fn run_sender<T: Transport>(mut sender: Sender, transport: T, wake: Arc<Notify>) {
+/// nothing waits and nothing it sent is on its way. It never waits for a
+/// call gone alone, which only its caller's future drives: a caller that
+/// stops polling holds up no one else.
+async fn run_sender<T: Transport>(mut sender: Sender, transport: T) {
     let mut batches = FuturesUnordered::new();
     loop {
-        let alone = match sender.next(batches.len()) {
-            Next::Send(batch) => {
-                batches.push(deliver(&transport, batch));
-                continue;
+        match sender.next(batches.len()) {
+            Next::Send(batch) => batches.push(deliver(&transport, batch)),
+            Next::Wait => {
+                batches.next().await;
             }
-            Next::Wait(alone) => alone,
             Next::Stop => return,
-        };
-        let alone_back = async move {
-            if alone.is_empty() {
-                std::future::pending().await
-            } else {
-                select_all(alone).await;
-            }
-        };
-        tokio::select! {
-            Some(()) = batches.next(), if !batches.is_empty() => {}
-            () = alone_back => {}
-            () = wake.notified() => {}
         }
     }
 }
@@ -318,8 +356,8 @@ struct Sender {
 impl Sender {
     /// What to do next, with `on_their_way` batches of its own on their
     /// way. A batch is the calls waiting whose callers are still there (at
-    /// most [`MOST_PER_BATCH`]), when fewer than [`IN_FLIGHT`] calls of the
-    /// lane are on their way.
+    /// most [`MOST_PER_BATCH`]), when fewer than [`IN_FLIGHT`] batches of
+    /// its own are on their way.
     fn next(&mut self, on_their_way: usize) -> Next {
         let mut lanes = self.coalescer.lanes();
         let Some(queue) = lanes.get_mut(&self.lane) else {
@@ -330,22 +368,17 @@ impl Sender {
         queue.waiting.retain(|waiter| !waiter.reply.is_closed());
         if queue.waiting.is_empty() {
             if on_their_way > 0 {
-                return Next::Wait(Vec::new());
+                return Next::Wait;
             }
             queue.sender = false;
-            queue.wake = None;
             self.stopped = true;
             if queue.idle() {
                 lanes.remove(&self.lane);
             }
             return Next::Stop;
         }
-        if queue.on_their_way() >= usize::from(IN_FLIGHT) {
-            let alone = queue.alone.iter().map(|(_, flight)| {
-                let flight = flight.clone();
-                flight.driven_by(Party::Other)
-            });
-            return Next::Wait(alone.collect());
+        if queue.batches >= IN_FLIGHT {
+            return Next::Wait;
         }
         queue.batches += 1;
         let most = queue.waiting.len().min(MOST_PER_BATCH);
@@ -364,7 +397,6 @@ impl Drop for Sender {
         };
         let unsent = std::mem::take(&mut queue.waiting);
         queue.sender = false;
-        queue.wake = None;
         queue.batches = 0;
         if queue.idle() {
             lanes.remove(&self.lane);
@@ -430,9 +462,17 @@ fn hand<T: Transport>(transport: &T, waiter: Waiter, reply: Reply) {
     let Err(Ok(value)) = waiter.reply.send(reply) else {
         return;
     };
-    let (Some(undo), true) = (waiter.undo, granted(&value)) else {
+    if let Some(undo) = waiter.undo {
+        give_back(transport, &value, &undo);
+    }
+}
+
+/// Gives back what `value`, the reply of an acquisition whose caller is
+/// gone, granted (if it did), with `undo`, in a task of its own.
+fn give_back<T: Transport>(transport: &T, value: &Value, undo: &Undo) {
+    if !granted(value) {
         return;
-    };
+    }
     let give_back = transport.send(std::iter::once(&undo.call()));
     tokio::spawn(async move {
         if let Err(failure) = give_back.await {
