@@ -13,7 +13,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use crate::api::scope::{self, CurrentLock, Scope};
-use crate::base::keys::LockKeys;
+use crate::base::keys::{self, LockKeys};
 use crate::base::kind::Kind;
 use crate::base::telemetry::Hold;
 use crate::engine::handoffs::{Answer, Offer};
@@ -591,12 +591,7 @@ fn stop_renewing(client: &LockClient, held: &[Arc<Held>]) -> bool {
 fn label(held: &[Arc<Held>]) -> Cow<'_, str> {
     match held {
         [one] => Cow::Borrowed(&one.name),
-        several => several
-            .iter()
-            .map(|held| held.name.as_str())
-            .collect::<Vec<_>>()
-            .join(" + ")
-            .into(),
+        several => keys::joined(several.iter().map(|held| held.name.as_str())).into(),
     }
 }
 

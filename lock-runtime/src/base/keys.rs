@@ -161,22 +161,22 @@ impl LockKeys {
     /// A semaphore's companion hash: each holder's re-entry count, token
     /// and permits held; the number of permits and how many are taken.
     pub(crate) fn holders(&self) -> String {
-        [self.lock.as_str(), HOLDERS].concat()
+        companion(&self.lock, HOLDERS)
     }
 
     /// A read-write lock's readers, scored by lease expiry.
     pub(crate) fn readers(&self) -> String {
-        [self.lock.as_str(), READERS].concat()
+        companion(&self.lock, READERS)
     }
 
     /// The readers' re-entry counts and tokens.
     pub(crate) fn readers_holders(&self) -> String {
-        [self.lock.as_str(), READERS_HOLDERS].concat()
+        companion(&self.lock, READERS_HOLDERS)
     }
 
     /// The marker waiting readers set so that the next free turn is theirs.
     pub(crate) fn readers_waiting(&self) -> String {
-        [self.lock.as_str(), READERS_WAITING].concat()
+        companion(&self.lock, READERS_WAITING)
     }
 
     /// The fair waiters in line, scored by arrival.
@@ -191,23 +191,42 @@ impl LockKeys {
 
     /// The marker a writer waiting for readers sets, to hold back new readers.
     pub(crate) fn writer_waiting(&self) -> String {
-        [self.lock.as_str(), WRITER_WAITING].concat()
+        companion(&self.lock, WRITER_WAITING)
     }
+}
+
+/// The key of the lock whose key is `lock` that ends in `suffix` (one of
+/// the constants above).
+pub(crate) fn companion(lock: &str, suffix: &str) -> String {
+    [lock, suffix].concat()
 }
 
 /// The channel a release of the lock whose key is `lock` is published on.
 pub(crate) fn channel(lock: &str) -> String {
-    [lock, RELEASED].concat()
+    companion(lock, RELEASED)
 }
 
 /// The fair waiters in line of the lock whose key is `lock`.
 pub(crate) fn queue(lock: &str) -> String {
-    [lock, QUEUE].concat()
+    companion(lock, QUEUE)
 }
 
 /// The fair waiters' liveness of the lock whose key is `lock`.
 pub(crate) fn queue_alive(lock: &str) -> String {
-    [lock, QUEUE_ALIVE].concat()
+    companion(lock, QUEUE_ALIVE)
+}
+
+/// How errors and logs name several locks taken together: their names
+/// joined by ` + `.
+pub(crate) fn joined<'a>(names: impl IntoIterator<Item = &'a str>) -> String {
+    let mut label = String::new();
+    for name in names {
+        if !label.is_empty() {
+            label.push_str(" + ");
+        }
+        label.push_str(name);
+    }
+    label
 }
 
 /// The lock key of the lock `name` under `prefix` (see the module docs).
@@ -335,6 +354,13 @@ fn slot_tag(slot: u16) -> &'static str {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn locks_taken_together_are_named_by_their_names_joined() {
+        assert_eq!(joined(["a"]), "a");
+        assert_eq!(joined(["a", "b:{c}", "d"]), "a + b:{c} + d");
+        assert_eq!(joined([]), "");
+    }
 
     #[test]
     fn slots_match_the_redis_cluster_spec() {

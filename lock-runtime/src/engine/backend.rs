@@ -59,7 +59,7 @@ use crate::store::connection::USER_TIMEOUT;
 use crate::store::node::Node;
 use crate::store::scripts::calls::{Asker, Asking, Next};
 use crate::store::scripts::{
-    Acquire, Acquired, Call, Giving, HandedOn, Released, Renewing, Stored, Taken, Undo, calls,
+    Acquire, Acquired, Call, Giving, HandedOn, Released, Renewing, Stored, Taken, calls,
 };
 
 /// How the deployment is reached.
@@ -148,12 +148,7 @@ impl Attempt<'_> {
             announce,
             ..Giving::ONE
         };
-        let undo = Undo::new(&take, locks.len(), self.stored(), giving);
-        Acquire {
-            take,
-            undo,
-            locks: locks.len(),
-        }
+        Acquire::new(take, locks.len(), self.stored(), giving)
     }
 }
 
@@ -676,7 +671,7 @@ async fn acquire_by_slot(node: &Node, attempt: &Attempt<'_>) -> Result<Acquired,
             other => {
                 for slot in taken_slots {
                     if let Err(err) = node
-                        .release(attempt.name, &slot.undo.call(), slot.locks)
+                        .release(attempt.name, &slot.undo().call(), slot.locks())
                         .await
                     {
                         tracing::debug!(key = %attempt.name, error = %Chain(&err), "giving back part of a multi-slot acquisition failed; it expires after its lease");
@@ -696,7 +691,9 @@ async fn on_quorum(nodes: &[Node], attempt: &Attempt<'_>) -> Result<Acquired, Lo
     let (name, keys, times) = (attempt.name, attempt.locks, attempt.times);
     let needed = needed(nodes.len(), attempt.stored().holders_at_once());
     let call = attempt.calls(keys, true);
-    let (undo, locks) = (call.undo.call(), call.locks);
+    // The give-back, built only when some master's grant must be given
+    // back.
+    let (undo, locks) = (call.undo().clone(), call.locks());
     let started = Instant::now();
     let mut pending: FuturesUnordered<_> = nodes
         .iter()
@@ -725,6 +722,7 @@ async fn on_quorum(nodes: &[Node], attempt: &Attempt<'_>) -> Result<Acquired, Lo
         let nodes: Vec<Node> = indices.iter().map(|&i| nodes[i].clone()).collect();
         let name = name.to_owned();
         tokio::spawn(async move {
+            let undo = undo.call();
             for node in nodes {
                 if let Err(err) = node.release(&name, &undo, locks).await {
                     tracing::debug!(key = %name, error = %Chain(&err), "giving back a partial grant failed; it expires after its lease");
@@ -742,7 +740,7 @@ async fn on_quorum(nodes: &[Node], attempt: &Attempt<'_>) -> Result<Acquired, Lo
             while let Some((i, outcome)) = pending.next().await {
                 if failed
                     && matches!(outcome, Ok(Acquired::Held(_)))
-                    && let Err(err) = nodes[i].release(&name, &undo, locks).await
+                    && let Err(err) = nodes[i].release(&name, &undo.call(), locks).await
                 {
                     tracing::debug!(key = %name, error = %Chain(&err), "giving back a late grant failed; it expires after its lease");
                 }

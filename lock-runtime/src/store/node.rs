@@ -144,9 +144,9 @@ impl Node {
         call: &Acquire,
         replicas: Option<Replicas>,
     ) -> Result<Acquired, LockError> {
-        let (take, locks) = (&call.take, call.locks);
+        let (take, locks) = (call.take(), call.locks());
         let Some(replicas) = replicas else {
-            let reply: Vec<i64> = self.coalesced(name, take, Some(&call.undo)).await?;
+            let reply: Vec<i64> = self.coalesced(name, take, Some(call.undo())).await?;
             return acquired(name, locks, &reply);
         };
         let (reply, acked): (Vec<i64>, u32) =
@@ -155,7 +155,7 @@ impl Node {
         if let Acquired::Held(_) = outcome
             && let Err(err) = replicated(Some(name), replicas, acked)
         {
-            if let Err(undo_err) = self.release(name, &call.undo.call(), locks).await {
+            if let Err(undo_err) = self.release(name, &call.undo().call(), locks).await {
                 tracing::debug!(key = %name, error = %Chain(&undo_err), "giving back an unreplicated lock failed; it expires after its lease");
             }
             return Err(err);

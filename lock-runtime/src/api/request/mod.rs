@@ -18,7 +18,7 @@ use crate::api::guard::{LockGuard, renewals};
 use crate::api::scope;
 use crate::base::config::Replicas;
 use crate::base::error::{LockError, LossReason};
-use crate::base::keys::LockKeys;
+use crate::base::keys::{self, LockKeys};
 use crate::base::kind::Kind;
 use crate::base::telemetry::{self, Acquiring, Hold, Tracked};
 use crate::engine::backend::{Attempt, Times};
@@ -134,7 +134,7 @@ impl LockRequest {
         names.dedup();
         let config = &client.inner.config;
         LockRequest {
-            joined: (names.len() > 1).then(|| names.join(" + ")),
+            joined: (names.len() > 1).then(|| keys::joined(names.iter().map(String::as_str))),
             lease: config.default_lease,
             wait: config.default_wait,
             client,

@@ -329,20 +329,48 @@ fn eval_command(script: &Script, args: usize, size: usize) -> Cmd {
     cmd
 }
 
-/// An acquisition's calls: the acquire script for `locks` locks, and what
+/// An acquisition's calls: the acquire script for some locks, and what
 /// gives back what it granted (when replicas do not confirm the grant, a
-/// Redlock quorum is not reached, or the caller is gone by the reply).
+/// Redlock quorum is not reached, or the caller is gone by the reply). The
+/// give-back is built only when it is needed ([`Undo::call`]): almost every
+/// grant is kept, and the release call costs a dozen strings to build.
 #[derive(Debug, Clone)]
 pub(crate) struct Acquire {
-    pub(crate) take: Call,
-    pub(crate) undo: Undo,
-    pub(crate) locks: usize,
+    undo: Undo,
 }
 
-/// The release that gives back what an acquire call granted, built only
-/// when it is needed ([`Undo::call`]): almost every grant is kept, and the
-/// release call costs a dozen strings to build. It is made from the
-/// acquire call itself, whose first keys are its locks' keys and whose
+impl Acquire {
+    /// The acquire call `take` for `locks` locks, stored as `stored` once
+    /// taken, given back with `giving` if need be.
+    pub(crate) fn new(take: Call, locks: usize, stored: Stored, giving: Giving) -> Acquire {
+        Acquire {
+            undo: Undo {
+                take,
+                locks,
+                stored,
+                giving,
+            },
+        }
+    }
+
+    /// The acquire call.
+    pub(crate) fn take(&self) -> &Call {
+        &self.undo.take
+    }
+
+    /// How many locks it takes.
+    pub(crate) fn locks(&self) -> usize {
+        self.undo.locks
+    }
+
+    /// What gives back what it granted.
+    pub(crate) fn undo(&self) -> &Undo {
+        &self.undo
+    }
+}
+
+/// The release that gives back what an acquire call granted, made from
+/// the acquire call itself, whose first keys are its locks' keys and whose
 /// first argument is the owner id (see `calls::undo`).
 #[derive(Debug, Clone)]
 pub(crate) struct Undo {
@@ -353,17 +381,6 @@ pub(crate) struct Undo {
 }
 
 impl Undo {
-    /// What gives back the grant of `take`, an acquire call for `locks`
-    /// locks stored as `stored`.
-    pub(crate) fn new(take: &Call, locks: usize, stored: Stored, giving: Giving) -> Undo {
-        Undo {
-            take: take.clone(),
-            locks,
-            stored,
-            giving,
-        }
-    }
-
     /// The release call.
     pub(crate) fn call(&self) -> Call {
         calls::undo(&self.take, self.locks, &self.stored, self.giving)
@@ -561,7 +578,8 @@ mod tests {
         for (kind, named, take) in takes {
             let stored = Stored::for_kind(kind, &named[0]);
             for giving in givings {
-                let undo = Undo::new(&take, named.len(), stored.clone(), giving).call();
+                let acquire = Acquire::new(take.clone(), named.len(), stored.clone(), giving);
+                let undo = acquire.undo().call();
                 let release = calls::release(named, &stored, owner, giving);
                 let context = format!("{kind:?} {giving:?}");
                 assert_eq!(undo.script_name(), release.script_name(), "{context}");
