@@ -13,10 +13,15 @@
 -- {0, ms, 1} while the restart quarantine `q` keeps the slot closed).
 local function take_place(set, holders, counter, owner, lease, limit, q, lengthen)
   local now = now_ms()
-  for _, gone in ipairs(redis.call('ZRANGEBYSCORE', set, '-inf', now)) do
-    redis.call('HDEL', holders, 'c:' .. gone, 'f:' .. gone)
+  -- (Most calls find none, and remove nothing: each call a script makes
+  -- costs Redis on its one thread.)
+  local expired = redis.call('ZRANGEBYSCORE', set, '-inf', now)
+  if #expired > 0 then
+    for _, gone in ipairs(expired) do
+      redis.call('HDEL', holders, 'c:' .. gone, 'f:' .. gone)
+    end
+    redis.call('ZREMRANGEBYSCORE', set, '-inf', now)
   end
-  redis.call('ZREMRANGEBYSCORE', set, '-inf', now)
 
   if redis.call('ZSCORE', set, owner) then
     local count = redis.call('HINCRBY', holders, 'c:' .. owner, 1)
