@@ -75,9 +75,12 @@ async fn acquisitions_ready_together_go_as_one_script_call() {
     }
     let fences: HashSet<u64> = guards.iter().map(|guard| guard.fence()).collect();
     assert_eq!(fences.len(), 64, "every holder has a token of its own");
+    // At most: two calls gone alone, two batches of the lane's sender
+    // while the server is paused, and what waits after them, in one more
+    // once a batch is back.
     let acquire_calls = calls(&server, "evalsha");
     assert!(
-        acquire_calls <= 4,
+        acquire_calls <= 5,
         "64 acquisitions ready together took {acquire_calls} script calls"
     );
 
@@ -93,7 +96,7 @@ async fn acquisitions_ready_together_go_as_one_script_call() {
     }
     let release_calls = calls(&server, "evalsha") - acquire_calls;
     assert!(
-        release_calls <= 4,
+        release_calls <= 5,
         "64 releases ready together took {release_calls} script calls"
     );
     let pattern = format!("{}*", common::lock_key(&prefix).trim_end_matches('}'));
@@ -235,8 +238,10 @@ async fn a_nested_release_given_up_while_it_waits_is_not_sent_later() {
                 .expect("re-enter");
             assert_eq!(server.cli(&["HGET", &key, "count"]), "2");
 
-            // Two releases on their way fill the lane, three wait behind
-            // them; the nested one comes after those, and its caller gives up.
+            // Two releases go alone and the others in a batch of the
+            // lane's sender, all held up by the paused server; the nested
+            // one comes after those, waits for the sender's batch, and its
+            // caller gives up.
             server.pause();
             let on_their_way: Vec<_> = guards
                 .into_iter()

@@ -82,7 +82,8 @@ async fn a_release_dropped_midway_still_frees_the_lock() {
         .map(|guard| tokio::spawn(guard.release()))
         .collect();
     tokio::time::sleep(Duration::from_millis(50)).await;
-    // ...and a third given up on: queued behind them, then dropped.
+    // ...and a third given up on: it waits for the lane's sender, or is on
+    // its way in a batch, when it is dropped.
     let cut = tokio::time::timeout(Duration::from_millis(20), last.release()).await;
     assert!(
         cut.is_err(),

@@ -1,8 +1,8 @@
 //! A future that runs in its caller's task, and finishes in a task of its
 //! own if the caller drops it midway.
 //!
-//! Some work must not stop with the caller that started it: a batch sent
-//! for other callers too, a handoff whose waiters wait for their answers.
+//! Some work must not stop with the caller that started it: a guard's last
+//! release, a handoff whose waiters wait for their answers.
 //! Spawning it costs a task switch (two, with the caller awaiting the
 //! task) on every call; running it in place costs nothing more, and only a
 //! caller that is dropped before it is done hands the rest to a task.

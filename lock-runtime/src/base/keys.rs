@@ -220,8 +220,8 @@ pub(crate) fn queue_alive(lock: &str) -> String {
 /// joined by ` + `.
 pub(crate) fn joined<'a>(names: impl IntoIterator<Item = &'a str>) -> String {
     let mut label = String::new();
-    for name in names {
-        if !label.is_empty() {
+    for (i, name) in names.into_iter().enumerate() {
+        if i > 0 {
             label.push_str(" + ");
         }
         label.push_str(name);
@@ -360,6 +360,9 @@ mod tests {
         assert_eq!(joined(["a"]), "a");
         assert_eq!(joined(["a", "b:{c}", "d"]), "a + b:{c} + d");
         assert_eq!(joined([]), "");
+        // An empty name (refused later, with the label in the message)
+        // keeps its place.
+        assert_eq!(joined(["", "b"]), " + b");
     }
 
     #[test]

@@ -7,7 +7,7 @@
 //! releases of one client are coalesced, per script and (on a Cluster) per
 //! hash slot, as the watchdog does for renewals: while one call of a
 //! *lane* is on its way, the calls that become ready wait, and go together
-//! as soon as it is back (`batch.lua` runs each as it would run alone).
+//! (`batch.lua` runs each as it would run alone; see "Who sends" for when).
 //! There is no timer: a call that finds its lane idle goes at once, alone,
 //! as it would without coalescing, so a lone caller is never slowed; the
 //! batches grow with the load, by themselves.
@@ -17,14 +17,18 @@
 //! goes alone, sent from its caller's own future, and its reply comes
 //! straight back to it: a lone call costs no task switch, no channel and
 //! nothing shared. Calls that find the lane busy wait for the lane's
-//! *sender*, a task that runs while calls wait: it sends them in batches
-//! (at most [`IN_FLIGHT`] of its own on their way) and hands each caller
-//! its reply, whatever the callers' futures do. The sender never waits for
-//! a call gone alone, which only its caller's future drives: so a caller
-//! whose future is polled once and then kept without being polled (a
-//! `buffer_unordered` under back-pressure, a `select!` branch no longer
+//! *sender*, a task that runs while calls wait and hands each caller its
+//! reply, whatever the callers' futures do. It sends what waits as one
+//! batch when it starts, and again whenever it finds calls waiting and
+//! fewer than [`IN_FLIGHT`] batches of its own on their way; it looks
+//! again each time one of them is back. (A call that comes while the
+//! sender waits for a batch waits for that batch.) The sender never waits
+//! for a call gone alone, which only its caller's future drives: so a
+//! caller whose future is polled once and then kept without being polled
+//! (a `buffer_unordered` under back-pressure, a `select!` branch no longer
 //! polled) holds up no other call; its own reply waits for it, and a grant
-//! in it stays its own.
+//! in it stays its own. Until it is polled again or dropped, its call
+//! counts as on its way, and the lane's calls go through the sender.
 //!
 //! Cancellation. A caller dropped while its call waits takes it out (its
 //! call is never sent). Releases too: a release whose caller gave up (its
@@ -40,6 +44,7 @@
 
 use std::collections::HashMap;
 use std::future::Future;
+use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
 use std::pin::Pin;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Context, Poll};
@@ -124,12 +129,18 @@ struct Waiter {
     reply: oneshot::Sender<Reply>,
 }
 
-/// How many calls of one lane may go alone at once, and how many batches
-/// the lane's sender may have on their way at once. One keeps the batches
+/// How many calls of one lane may be on their way when another goes alone
+/// (calls gone alone and batches together), and how many batches the
+/// lane's sender may have on their way at once (its own only: it never
+/// waits for a call gone alone, see the module's documentation). So at
+/// most twice as many calls of a lane are on their way at once, when calls
+/// gone alone are still out as the sender starts. One keeps the batches
 /// largest; two let a batch be built, sent and answered while the other is
 /// run by Redis: lock-bench's throughput scenario (64 tasks) went from
 /// 54 000 to 57 000 pairs/s with two, on the 2-core machine of
-/// BENCHMARKS.md.
+/// BENCHMARKS.md (when the bound counted calls gone alone in the sender's
+/// too; under that load the sender runs throughout, and calls rarely go
+/// alone).
 const IN_FLIGHT: u8 = 2;
 
 /// The most calls one script call carries: a batch runs on Redis's one
@@ -202,14 +213,16 @@ impl Coalescer {
         let (replied, new_sender) = match route {
             // The transport bounds the call by the command timeout.
             Route::Alone(call, undo) => {
+                // Counted out from here, even if making the call panics.
+                let out = Out {
+                    coalescer: self.clone(),
+                    lane,
+                };
                 return Alone {
                     sending: Some(transport.send(std::iter::once(&call))),
                     undo,
                     transport,
-                    out: Some(Out {
-                        coalescer: self.clone(),
-                        lane,
-                    }),
+                    out: Some(out),
                 }
                 .await;
             }
@@ -267,7 +280,17 @@ impl<T: Transport> Future for Alone<'_, T> {
             .sending
             .as_mut()
             .expect("a call gone alone is not polled after its reply");
-        let Poll::Ready(reply) = sending.as_mut().poll(cx) else {
+        // A call that panicked is done too: it must not be spawned again
+        // on drop (it would only panic once more, in a task of its own).
+        let polled = match catch_unwind(AssertUnwindSafe(|| sending.as_mut().poll(cx))) {
+            Ok(polled) => polled,
+            Err(panic) => {
+                self.sending = None;
+                self.out = None;
+                resume_unwind(panic);
+            }
+        };
+        let Poll::Ready(reply) = polled else {
             return Poll::Pending;
         };
         self.sending = None;
@@ -487,4 +510,62 @@ fn give_back<T: Transport>(transport: &T, value: &Value, undo: &Undo) {
 /// Whether an acquire script's reply grants (`{1, ...}`).
 fn granted(value: &Value) -> bool {
     matches!(value, Value::Array(items) if matches!(items.first(), Some(Value::Int(1))))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::base::keys::LockKeys;
+    use crate::store::scripts::calls;
+    use std::panic::AssertUnwindSafe;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    /// A transport whose calls panic when polled, counting the polls.
+    #[derive(Clone, Default)]
+    struct Panicking {
+        polls: Arc<AtomicUsize>,
+    }
+
+    impl Transport for Panicking {
+        fn send<'a>(
+            &self,
+            _calls: impl ExactSizeIterator<Item = &'a Call> + Clone,
+        ) -> BoxFuture<'static, Reply> {
+            Box::pin(PanicOnPoll {
+                polls: self.polls.clone(),
+            })
+        }
+    }
+
+    /// Panics at every poll (an `async` block would panic at once when
+    /// polled again, without counting).
+    struct PanicOnPoll {
+        polls: Arc<AtomicUsize>,
+    }
+
+    impl Future for PanicOnPoll {
+        type Output = Reply;
+
+        fn poll(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<Reply> {
+            self.polls.fetch_add(1, Ordering::SeqCst);
+            panic!("the transport's own panic")
+        }
+    }
+
+    #[tokio::test]
+    async fn a_call_gone_alone_that_panicked_is_not_run_again_and_leaves_its_lane() {
+        let coalescer = Arc::new(Coalescer::default());
+        let transport = Panicking::default();
+        let call = calls::inspect(&LockKeys::new("lock:", "a"));
+        let lane = Lane::of(&call, false);
+        let run = coalescer.run(&transport, lane, call, None, Duration::from_secs(1));
+        let panicked = futures_util::FutureExt::catch_unwind(AssertUnwindSafe(run)).await;
+        assert!(panicked.is_err(), "the panic reaches the caller");
+        // A task spawned on drop would run here.
+        for _ in 0..10 {
+            tokio::task::yield_now().await;
+        }
+        assert_eq!(transport.polls.load(Ordering::SeqCst), 1, "polled once");
+        assert!(coalescer.lanes().is_empty(), "the lane is left");
+    }
 }
