@@ -376,8 +376,10 @@ fn write_report(
          `return 1`). Every scenario runs all of them in the same run against a private \
          `redis-server` the benchmark starts on a free loopback port, with client and server \
          sharing the machine, once that server has been up for longer than the runtime's \
-         restart quarantine (30 s), as a production server has: during a server's first 30 s \
-         each acquisition of the runtime also reads `INFO server`. **Ratios are the result; \
+         restart quarantine (30 s), as a production server has. The runtime runs its scripts \
+         as functions of one library (`FCALL`; Redis 7.0 and later), which read `INFO server` \
+         once and `LASTSAVE` (after a recent save, also a mark the runtime leaves) until they \
+         have seen the server up for the quarantine, then nothing more. **Ratios are the result; \
          absolute times are for context** and depend on the machine.\n\n",
     );
     let _ = writeln!(
@@ -388,8 +390,9 @@ fn write_report(
          makes a snapshot (`BGSAVE`) before its warm-up (the policy itself makes one a minute \
          after the last once 10 000 keys have changed, which the benchmark's writes reach in \
          seconds), so that its measured rounds see a server that has just saved, as a server \
-         under steady writes is for half of each minute: for 30 s after a snapshot, the \
-         runtime's restart check reads its slot's `:up` mark besides `LASTSAVE`. Each section \
+         under steady writes is for half of each minute (for 30 s after a snapshot, the \
+         runtime's restart check, run by EVALSHA on a server without functions, reads its \
+         slot's `:up` mark besides `LASTSAVE` at every acquisition). Each section \
          says how long after the snapshot its rounds ran. The contention, read-write, \
          handoff, renewal and attribute scenarios run against a second server without \
          persistence (`--save \"\"`).\n"

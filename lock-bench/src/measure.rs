@@ -395,6 +395,22 @@ impl CommandStats {
         self.by_command.get(name).map_or(0, |&(calls, _)| calls)
     }
 
+    /// Script calls: `EVALSHA`s, and `FCALL`s of a library's functions (the
+    /// runtime runs its scripts as functions where the server has them).
+    pub fn script_calls(&self) -> u64 {
+        self.calls("evalsha") + self.calls("fcall")
+    }
+
+    /// Microseconds Redis spent in script calls (see [`script_calls`]).
+    ///
+    /// [`script_calls`]: CommandStats::script_calls
+    pub fn script_time_us(&self) -> u64 {
+        ["evalsha", "fcall"]
+            .iter()
+            .map(|name| self.by_command.get(*name).map_or(0, |&(_, us)| us))
+            .sum()
+    }
+
     /// Every call Redis executed, including those made inside scripts.
     pub fn all_calls(&self) -> u64 {
         self.by_command.values().map(|&(calls, _)| calls).sum()

@@ -684,8 +684,8 @@ pub fn renewal(r: &Renewal, targets: &mut Vec<Target>) -> String {
         "The client holds N locks (acquired {} at a time) with a {} lease{}: renewal falls due \
          every lease/3 = {}. Redis's `INFO commandstats` and the CPU times of both processes \
          are read around a window of {} while the locks are held. Each renewal call is one \
-         EVALSHA; each lock renewed in it is one PEXPIRE inside it, so locks per call = \
-         PEXPIRE calls / EVALSHA calls. Memory per lock: the difference between before \
+         script call (an `FCALL` of the runtime's library); each lock renewed in it is one \
+         PEXPIRE inside it, so locks per call = PEXPIRE calls / script calls. Memory per lock: the difference between before \
          acquiring and right after, divided by N (heap: bytes allocated and not freed, counted \
          by the benchmark's allocator; RSS: `/proc/self/statm`, after `malloc_trim`).\n",
         renewal::IN_FLIGHT,
@@ -721,10 +721,8 @@ pub fn renewal(r: &Renewal, targets: &mut Vec<Target>) -> String {
             x.stats.calls("pexpire").to_string()
         }),
         metric("Redis time per renewal call", &|x| {
-            let calls = x.stats.calls("evalsha").max(1);
-            dur(Duration::from_micros(
-                x.stats.by_command.get("evalsha").map_or(0, |s| s.1) / calls,
-            ))
+            let calls = x.stats.script_calls().max(1);
+            dur(Duration::from_micros(x.stats.script_time_us() / calls))
         }),
         metric("Redis CPU (share of one core)", &|x| {
             format!(

@@ -12,8 +12,9 @@ use lock_runtime::{LockClient, LockError, LockGuard};
 use lock_testkit::{RedisServer, unique_key};
 use tokio::task::JoinHandle;
 
-/// Script calls the server ran so far (not those refused: the first call
-/// of a script the server does not have yet is refused, then sent again).
+/// Script calls the server ran so far, by FCALL or EVALSHA (not those
+/// refused: the first call of a script or library the server does not
+/// have yet is refused, then sent again).
 fn script_calls(server: &RedisServer) -> u64 {
     let stats = server.cli(&["INFO", "commandstats"]);
     let field = |line: &str, name: &str| -> u64 {
@@ -25,9 +26,13 @@ fn script_calls(server: &RedisServer) -> u64 {
     };
     stats
         .lines()
-        .filter(|line| line.starts_with("cmdstat_evalsha:") || line.starts_with("cmdstat_eval:"))
+        .filter(|line| {
+            ["cmdstat_fcall:", "cmdstat_evalsha:", "cmdstat_eval:"]
+                .iter()
+                .any(|name| line.starts_with(name))
+        })
         .map(|line| {
-            field(line, "calls") - field(line, "rejected_calls") - field(line, "failed_calls")
+            field(line, "calls").saturating_sub(field(line, "failed_calls"))
         })
         .sum()
 }

@@ -49,12 +49,12 @@ pub struct RenewalRow {
 impl RenewalRow {
     /// Renewal script calls per second.
     pub fn calls_per_sec(&self) -> f64 {
-        self.stats.calls("evalsha") as f64 / self.window.as_secs_f64()
+        self.stats.script_calls() as f64 / self.window.as_secs_f64()
     }
 
     /// Locks renewed per script call (each renewal is one PEXPIRE inside it).
     pub fn locks_per_call(&self) -> f64 {
-        self.stats.calls("pexpire") as f64 / self.stats.calls("evalsha").max(1) as f64
+        self.stats.calls("pexpire") as f64 / self.stats.script_calls().max(1) as f64
     }
 
     /// Renewal calls per renewal interval (a third of the lease).

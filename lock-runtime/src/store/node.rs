@@ -3,12 +3,14 @@
 //! must confirm it. Acquisitions and releases that are ready at the same
 //! moment go as one script call (see [`crate::store::coalesce`]).
 
+use std::borrow::Cow;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use futures_util::future::BoxFuture;
 use redis::cluster_routing::{MultipleNodeRoutingInfo, RoutingInfo};
-use redis::{ErrorKind, FromRedisValue, ServerErrorKind, Value};
+use redis::{Cmd, ErrorKind, FromRedisValue, RedisError, ServerErrorKind, Value};
 use tokio_util::sync::CancellationToken;
 
 use crate::base::config::Replicas;
@@ -17,7 +19,8 @@ use crate::store::answers::{AnsweringAgain, Answers};
 use crate::store::coalesce::{Coalescer, Failure, Lane, Reply, Transport};
 use crate::store::connection::Conn;
 use crate::store::scripts::{
-    Acquire, Acquired, Call, HandedOn, Quarantine, Released, Undo, acquired, released, unexpected,
+    Acquire, Acquired, Call, Form, HandedOn, Library, Quarantine, Released, Runs, Undo, acquired,
+    as_script, is_function_call, released, unexpected,
 };
 
 /// How soon a store whose calls went unanswered is first asked whether it
@@ -48,6 +51,9 @@ pub(crate) struct Node {
     coalescer: Option<Arc<Coalescer>>,
     /// Whether its calls are answered (see [`Node::answering_again`]).
     answers: Arc<Answers>,
+    /// The server refused the library's functions (see [`Form`]): its
+    /// calls are EVALSHAs of the scripts from then on.
+    functions_refused: Arc<AtomicBool>,
 }
 
 impl Node {
@@ -65,6 +71,17 @@ impl Node {
             sharded,
             coalescer: Some(Arc::default()),
             answers: Arc::default(),
+            functions_refused: Arc::default(),
+        }
+    }
+
+    /// How its calls run their scripts: as the library's functions until
+    /// the server refuses them.
+    fn form(&self) -> Form {
+        if self.functions_refused.load(Ordering::Relaxed) {
+            Form::Script
+        } else {
+            Form::Function
         }
     }
 
@@ -308,11 +325,10 @@ impl Node {
         call: &Call,
         timeout: Duration,
     ) -> Result<T, LockError> {
-        let (cmd, script) = (
-            call.command(self.sharded, &self.quarantine),
-            call.script(self.sharded),
-        );
-        let invoke = || evalsha(conn.clone(), &cmd, script);
+        let cmd = call.command(self.sharded, &self.quarantine, self.form());
+        let runs = call.runs(self.sharded);
+        let refused = &self.functions_refused;
+        let invoke = || run_script(conn.clone(), &cmd, runs, &Sending::Alone, refused);
         self.noted(
             conn,
             within(
@@ -341,28 +357,11 @@ impl Node {
         call: &Call,
         replicas: Replicas,
     ) -> Result<(T, u32), LockError> {
-        let script = call.script(self.sharded);
-        let mut pipe = redis::pipe();
-        pipe.add_command(call.command(self.sharded, &self.quarantine))
-            .cmd("WAIT")
-            .arg(replicas.count)
-            .arg(replicas.timeout.as_millis() as u64);
-        let conn = &self.replicated;
-        let pipe = &pipe;
-        let query = || {
-            let mut conn = conn.clone();
-            async move {
-                match pipe.query_async(&mut conn).await {
-                    // A restarted server has forgotten the script: load it,
-                    // and run the pipeline again (the script did not run).
-                    Err(err) if err.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
-                        script.load_async(&mut conn).await?;
-                        pipe.query_async(&mut conn).await
-                    }
-                    other => other,
-                }
-            }
-        };
+        let cmd = call.command(self.sharded, &self.quarantine, self.form());
+        let runs = call.runs(self.sharded);
+        let sending = Sending::ThenWait(replicas);
+        let (conn, refused) = (&self.replicated, &self.functions_refused);
+        let query = || run_script(conn.clone(), &cmd, runs, &sending, refused);
         self.noted(
             conn,
             within(
@@ -380,19 +379,20 @@ impl Transport for Node {
         &self,
         mut calls: impl ExactSizeIterator<Item = &'a Call> + Clone,
     ) -> BoxFuture<'static, Reply> {
-        let (sharded, quarantine) = (self.sharded, &self.quarantine);
-        let (cmd, script) = match calls.len() {
+        let (sharded, quarantine, form) = (self.sharded, &self.quarantine, self.form());
+        let (cmd, runs) = match calls.len() {
             1 => {
                 let call = calls.clone().next().expect("one call");
-                (call.command(sharded, quarantine), call.script(sharded))
+                (call.command(sharded, quarantine, form), call.runs(sharded))
             }
-            _ => Call::batch(calls.clone(), sharded, quarantine).expect("a batch has calls"),
+            _ => Call::batch(calls.clone(), sharded, quarantine, form).expect("a batch has calls"),
         };
         let idempotent = calls.all(Call::is_idempotent);
         let node = self.clone();
         Box::pin(async move {
             let conn = &node.conn;
-            let invoke = || evalsha::<Value>(conn.clone(), &cmd, script);
+            let refused = &node.functions_refused;
+            let invoke = || run_script::<Value>(conn.clone(), &cmd, runs, &Sending::Alone, refused);
             let reply = bounded(node.timeout, retried(conn.is_cluster(), idempotent, invoke)).await;
             if let Err(failure) = &reply {
                 node.note(conn, &failure.clone().error(None, node.timeout));
@@ -404,21 +404,125 @@ impl Transport for Node {
     }
 }
 
-/// Runs `cmd`, an `EVALSHA` of `script`; a server that does not know the
-/// script (restarted, its script cache flushed) is sent it, and `cmd`
-/// again (it did not run).
-async fn evalsha<T: FromRedisValue>(
-    mut conn: Conn,
-    cmd: &redis::Cmd,
-    script: &redis::Script,
-) -> redis::RedisResult<T> {
-    match cmd.query_async(&mut conn).await {
-        Err(err) if err.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
-            script.load_async(&mut conn).await?;
-            cmd.query_async(&mut conn).await
+/// How a script's command is sent.
+enum Sending {
+    Alone,
+    /// Followed by `WAIT` in one pipeline (see [`Node::run_replicated`]):
+    /// the script's reply and how many replicas have its writes.
+    ThenWait(Replicas),
+}
+
+impl Sending {
+    async fn send<T: FromRedisValue>(&self, conn: &mut Conn, cmd: &Cmd) -> redis::RedisResult<T> {
+        match self {
+            Sending::Alone => cmd.query_async(conn).await,
+            Sending::ThenWait(replicas) => {
+                let mut pipe = redis::pipe();
+                pipe.add_command(cmd.clone())
+                    .cmd("WAIT")
+                    .arg(replicas.count)
+                    .arg(replicas.timeout.as_millis() as u64);
+                pipe.query_async(conn).await
+            }
         }
-        other => other,
     }
+}
+
+/// What a refused script command needs before it is sent again.
+enum Recovery {
+    /// The server does not know the script (restarted, its script cache
+    /// flushed): `SCRIPT LOAD` it.
+    LoadScript,
+    /// The server does not know the library's function (restarted without
+    /// it, its functions flushed, a master new to the Cluster): load it.
+    LoadLibrary,
+    /// The server has no functions (before Redis 7.0) or refuses them (an
+    /// ACL, a renamed command): run the script by EVALSHA.
+    AsScript,
+}
+
+impl Recovery {
+    /// What `err`, the reply to `cmd`, asks for, if anything.
+    fn of(err: &RedisError, cmd: &Cmd) -> Option<Recovery> {
+        if err.kind() == ErrorKind::Server(ServerErrorKind::NoScript) {
+            return Some(Recovery::LoadScript);
+        }
+        if !is_function_call(cmd) {
+            return None;
+        }
+        if replied(err, "ERR", "Function not found") {
+            return Some(Recovery::LoadLibrary);
+        }
+        functions_refused(err).then_some(Recovery::AsScript)
+    }
+}
+
+/// Whether `err` refuses a function command itself: unknown (before Redis
+/// 7.0, a renamed command) or not permitted (an ACL).
+fn functions_refused(err: &RedisError) -> bool {
+    replied(err, "NOPERM", "") || replied(err, "ERR", "unknown command")
+}
+
+/// Whether `err` is the script command's own error reply (a pipeline's
+/// first command's, not `WAIT`'s), with `code` and a text that starts with
+/// `text`.
+fn replied(err: &RedisError, code: &str, text: &str) -> bool {
+    err.clone().into_server_errors().is_some_and(|errors| {
+        errors.first().is_some_and(|(index, reply)| {
+            *index == 0 && reply.code() == code && reply.details().unwrap_or("").starts_with(text)
+        })
+    })
+}
+
+/// Loads `library` (on a Cluster, on every master). `REPLACE`: a server
+/// that has it already (loaded by another client meanwhile, or on some
+/// masters of a Cluster and not others) takes it again, forgetting only
+/// what its functions learnt of the server (see `library.lua`).
+async fn load_library(conn: &mut Conn, library: &Library) -> redis::RedisResult<()> {
+    let mut load = redis::cmd("FUNCTION");
+    load.arg("LOAD").arg("REPLACE").arg(&library.text);
+    load.query_async::<Value>(conn).await.map(drop)
+}
+
+/// Sends `cmd`, which runs a script (`runs`) by `FCALL` or `EVALSHA`, as
+/// `sending` says. A server that does not know the script or the library
+/// is sent it, and `cmd` again (it did not run); a server that refuses the
+/// library's functions gets the script by EVALSHA, from then on
+/// (`refused`).
+async fn run_script<T: FromRedisValue>(
+    mut conn: Conn,
+    cmd: &Cmd,
+    runs: Runs,
+    sending: &Sending,
+    refused: &AtomicBool,
+) -> redis::RedisResult<T> {
+    let mut sent = Cow::Borrowed(cmd);
+    // At most: the library loaded or refused, then the script loaded.
+    for _ in 0..2 {
+        let err = match sending.send(&mut conn, &sent).await {
+            Err(err) => err,
+            done => return done,
+        };
+        match Recovery::of(&err, &sent) {
+            Some(Recovery::LoadScript) => {
+                runs.script.load_async(&mut conn).await?;
+            }
+            Some(Recovery::LoadLibrary) => match load_library(&mut conn, runs.library).await {
+                Ok(()) => {}
+                Err(load) if functions_refused(&load) => {
+                    refused.store(true, Ordering::Relaxed);
+                    sent = Cow::Owned(as_script(&sent, runs.script));
+                }
+                Err(load) => return Err(load),
+            },
+            Some(Recovery::AsScript) => {
+                refused.store(true, Ordering::Relaxed);
+                sent = Cow::Owned(as_script(&sent, runs.script));
+            }
+            None => return Err(err),
+        }
+    }
+    sending.send(&mut conn, &sent).await
 }
 
 /// How often a Cluster call refused without running is sent again.

@@ -34,16 +34,36 @@
 -- reads 1 as soon as the next second begins, maybe a few milliseconds after
 -- the start. The quarantine may last up to a second longer; never shorter.
 --
--- Read once per script call (a call may take many locks, see batch.lua).
-local info_uptime, info_run_id = nil, nil
-local function server_info()
-  if not info_uptime then
+-- What the scripts learn of the server itself: its run id, and a time its
+-- start surely came before (ms: `started_by`). Under EVALSHA, the Lua state
+-- of one script call holds them, and they are learnt anew at every call.
+-- In the library (FCALL, see library.lua) they are kept from call to call
+-- for as long as the library is loaded: a server that restarts loads it
+-- anew, with nothing learnt, so nothing learnt survives a restart; nor a
+-- `FUNCTION LOAD REPLACE`, nor a full resynchronisation of a replica, which
+-- loads its master's library. There, INFO is read once, and once the server
+-- is known to have been up for the quarantine, no acquisition reads INFO,
+-- LASTSAVE or the `:up` mark again.
+local run_id, started_by = nil, nil
+
+-- Notes that the server started before `at` (ms): the earliest such time
+-- learnt so far is kept.
+local function started_before(at)
+  if not started_by or at < started_by then
+    started_by = at
+  end
+end
+
+-- The server's uptime at `now` (ms) and its run id, read from INFO the
+-- first time (see above).
+local function server_info(now)
+  if not run_id then
     local info = redis.call('INFO', 'server')
     local seconds = tonumber(string.match(info, 'uptime_in_seconds:(%d+)'))
-    info_uptime = math.max(seconds - 1, 0) * 1000
-    info_run_id = string.match(info, 'run_id:(%x+)')
+    started_before(now - math.max(seconds - 1, 0) * 1000)
+    run_id = string.match(info, 'run_id:(%x+)')
   end
-  return info_uptime, info_run_id
+  return now - started_by, run_id
 end
 
 -- Whether the server has surely been up for at least `ms` at `now` (ms),
@@ -65,7 +85,9 @@ end
 --   forgotten only what replication lost, which no quarantine covers.)
 -- Otherwise INFO is asked (see next_fence). Answered once per script call
 -- (a call may take many locks), and at once for every slot: uptime is the
--- server's.
+-- server's. Each answer also says when the server started at the latest
+-- (`started_by`), which the library keeps: there, once the server has been
+-- up for the quarantine, the question costs nothing.
 --
 -- The mark is the server's, `PREFIXfence:up` (up_key): after a save, one
 -- call reads INFO and every lock of the server goes on without. On a
@@ -84,17 +106,24 @@ end
 
 local settled, last_save = nil, nil
 local function up_for_at_least(ms, now, counter)
+  if started_by and now - started_by >= ms then
+    return true
+  end
   if settled == nil then
     local last = redis.pcall('LASTSAVE')
     if type(last) ~= 'number' or last <= 0 then
       settled = false
     elseif now - last * 1000 - 1000 >= ms then
+      started_before((last + 1) * 1000)
       settled = true
     else
       last_save = last
       local mark = redis.call('GET', up_key(counter))
       local saw, length = string.match(mark or '', '^(%d+):(%d+)$')
       settled = tonumber(saw) == last and tonumber(length) >= ms
+      if settled then
+        started_before(now - tonumber(length))
+      end
     end
   end
   return settled
@@ -119,7 +148,7 @@ local function next_fence(counter, q)
   local now = now_us()
   if q.ms > 0 and not up_for_at_least(q.ms, math.floor(now / 1000), counter) then
     local last = tonumber(redis.call('GET', counter) or '0') or 0
-    local uptime, run_id = server_info()
+    local uptime, run_id = server_info(math.floor(now / 1000))
     if uptime >= q.ms then
       mark_up(counter, q.ms, math.floor(now / 1000))
     else

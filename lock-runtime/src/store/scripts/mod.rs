@@ -1,8 +1,14 @@
 //! The Lua scripts, and calls to them as values.
 //!
-//! Each script is hashed once per process ([`redis::Script`] in a static)
-//! and run with EVALSHA; after a server restart empties the script cache,
-//! the NOSCRIPT reply makes redis-rs load it and retry.
+//! Every script is a function of one library ([`Library`], composed with
+//! `library.lua`), which a server with Redis Functions (7.0 and later,
+//! Valkey) loads once and runs by FCALL: its helpers are made once, when it
+//! is loaded, not at every call, and what the scripts learn of the server
+//! (when it started, for the restart check) is kept between calls. A server
+//! without functions, or that refuses them, runs each script by EVALSHA,
+//! hashed once per process ([`redis::Script`] in a static). A server that
+//! lost the library or a script (a restart, a flush) says so, and the node
+//! loads it and sends the call again (see `node::run_script`).
 //!
 //! A [`Call`] is one script with its keys and arguments: built by one
 //! function per script in [`calls`], cloned freely (a Redlock acquisition
@@ -14,7 +20,7 @@ pub(crate) mod calls;
 mod items;
 mod replies;
 
-use std::sync::{Arc, LazyLock};
+use std::sync::{Arc, LazyLock, OnceLock};
 use std::time::Duration;
 
 #[cfg(test)]
@@ -29,7 +35,9 @@ pub(crate) use replies::{Acquired, HandedOn, Released, Taken, acquired, released
 
 /// One script in its four forms: release messages sent with PUBLISH, or
 /// with SPUBLISH (sharded pub/sub, for a Cluster); run alone, or several
-/// calls of it as one (`batch.lua`, see [`crate::store::coalesce`]).
+/// calls of it as one (`batch.lua`, see [`crate::store::coalesce`]). Each
+/// form is also a function of the [`Library`], which servers that have
+/// Redis Functions run instead (see [`Form`]).
 pub(crate) struct ScriptPair {
     /// The script's file name, for messages.
     pub(crate) name: &'static str,
@@ -37,6 +45,15 @@ pub(crate) struct ScriptPair {
     sharded: Script,
     plain_batch: Script,
     sharded_batch: Script,
+    /// Its body as the library holds it: `run` (and what `run` calls),
+    /// a function of KEYS and ARGV.
+    body: &'static str,
+    /// Its Redis function flags, as a Lua table (see `library.lua`).
+    flags: &'static str,
+    /// Its functions' names in the plain and sharded libraries, alone and
+    /// batched, made at first use (they name the library, which is made
+    /// of every script).
+    functions: OnceLock<[String; 4]>,
 }
 
 impl ScriptPair {
@@ -52,6 +69,27 @@ impl ScriptPair {
             &self.plain_batch
         }
     }
+
+    /// The script's stem, which names its functions: `acquire`.
+    fn stem(&self) -> &'static str {
+        self.name.trim_end_matches(".lua")
+    }
+
+    /// The name of its function in the library for `sharded`, the one that
+    /// runs several calls at once when `batch`.
+    fn function(&self, sharded: bool, batch: bool) -> &str {
+        let names = self.functions.get_or_init(|| {
+            let (plain, sharded) = (&Library::get(false).name, &Library::get(true).name);
+            let stem = self.stem();
+            [
+                format!("{plain}_{stem}"),
+                format!("{plain}_{stem}_batch"),
+                format!("{sharded}_{stem}"),
+                format!("{sharded}_{stem}_batch"),
+            ]
+        });
+        &names[2 * usize::from(sharded) + usize::from(batch)]
+    }
 }
 
 impl std::fmt::Debug for ScriptPair {
@@ -60,12 +98,25 @@ impl std::fmt::Debug for ScriptPair {
     }
 }
 
+/// A script's body: the scripts it runs as functions of their KEYS and
+/// ARGV (the handoff runs the release), then its own body as `run`, a
+/// function of KEYS and ARGV (so that `batch.lua` can run it once per call
+/// of a batch).
+macro_rules! script_body {
+    ($file:literal, [$($func:literal = $body:literal),*]) => {
+        concat!(
+            $("local function ", $func, "(KEYS, ARGV)\n", include_str!($body), "\nend\n",)*
+            "local function run(KEYS, ARGV)\n",
+            include_str!($file),
+            "\nend\n",
+        )
+    };
+}
+
 /// A script with the shared helpers of `prelude.lua` in front of it, then
 /// the helper files it names (`fence.lua`, `places.lua`, `line.lua`: only
 /// those it uses, as Redis makes each helper's closure anew at every call),
-/// then other scripts it runs as functions of their KEYS and ARGV (the
-/// handoff runs the release), its body a function of KEYS and ARGV (so that
-/// `batch.lua` can run it once per call of a batch), and what runs it after.
+/// then its body (see `script_body!`), and what runs it after.
 macro_rules! script_text {
     ($publish:literal, $file:literal, [$($part:literal),*], [$($func:literal = $body:literal),*], $run:expr) => {
         concat!(
@@ -74,20 +125,18 @@ macro_rules! script_text {
             "'\n",
             include_str!("prelude.lua"),
             $(include_str!($part),)*
-            $("local function ", $func, "(KEYS, ARGV)\n", include_str!($body), "\nend\n",)*
-            "local function run(KEYS, ARGV)\n",
-            include_str!($file),
-            "\nend\n",
+            script_body!($file, [$($func = $body),*]),
             $run
         )
     };
 }
 
-/// A script in its four forms (see [`ScriptPair`]), with the helper files
-/// it uses besides `prelude.lua`, and after `;` the scripts it runs as
-/// functions (`name = "file.lua"`).
+/// A script in its four forms (see [`ScriptPair`]), with its Redis function
+/// flags after `@` (a Lua table), the helper files it uses besides
+/// `prelude.lua`, and after `;` the scripts it runs as functions
+/// (`name = "file.lua"`).
 macro_rules! script {
-    ($file:literal $(, $part:literal)* $(; $($func:literal = $body:literal),*)?) => {
+    ($file:literal @ $flags:expr $(, $part:literal)* $(; $($func:literal = $body:literal),*)?) => {
         LazyLock::new(|| ScriptPair {
             name: $file,
             plain: Script::new(script_text!(
@@ -118,24 +167,123 @@ macro_rules! script {
                 [$($($func = $body),*)?],
                 include_str!("batch.lua")
             )),
+            body: script_body!($file, [$($($func = $body),*)?]),
+            flags: $flags,
+            functions: OnceLock::new(),
         })
     };
 }
 
-static ACQUIRE: LazyLock<ScriptPair> = script!("acquire.lua", "fence.lua", "places.lua");
-static RELEASE: LazyLock<ScriptPair> = script!("release.lua", "line.lua");
+/// Gives back or keeps what is held: runs on a server out of memory too.
+const KEEPS: &str = "{'allow-oom'}";
+/// Grants: refused by a server out of memory.
+const GRANTS: &str = "{}";
+
+static ACQUIRE: LazyLock<ScriptPair> = script!("acquire.lua" @ GRANTS, "fence.lua", "places.lua");
+static RELEASE: LazyLock<ScriptPair> = script!("release.lua" @ KEEPS, "line.lua");
 static HANDOFF: LazyLock<ScriptPair> =
-    script!("handoff.lua", "fence.lua", "line.lua"; "give_back" = "release.lua");
-static RENEW: LazyLock<ScriptPair> = script!("renew.lua");
-static PERMIT_ACQUIRE: LazyLock<ScriptPair> = script!("permit_acquire.lua", "fence.lua");
-static READ_ACQUIRE: LazyLock<ScriptPair> = script!("read_acquire.lua", "fence.lua", "places.lua");
-static PLACE_RELEASE: LazyLock<ScriptPair> = script!("place_release.lua", "line.lua");
-static FAIR_ACQUIRE: LazyLock<ScriptPair> = script!("fair_acquire.lua", "fence.lua");
-static FAIR_LEAVE: LazyLock<ScriptPair> = script!("fair_leave.lua", "line.lua");
-static FENCE_RAISE: LazyLock<ScriptPair> = script!("fence_raise.lua");
-static TURN_LEAVE: LazyLock<ScriptPair> = script!("turn_leave.lua");
-static INSPECT: LazyLock<ScriptPair> = script!("inspect.lua");
-static FORCE_RELEASE: LazyLock<ScriptPair> = script!("force_release.lua", "line.lua");
+    script!("handoff.lua" @ KEEPS, "fence.lua", "line.lua"; "give_back" = "release.lua");
+static RENEW: LazyLock<ScriptPair> = script!("renew.lua" @ KEEPS);
+static PERMIT_ACQUIRE: LazyLock<ScriptPair> = script!("permit_acquire.lua" @ GRANTS, "fence.lua");
+static READ_ACQUIRE: LazyLock<ScriptPair> =
+    script!("read_acquire.lua" @ GRANTS, "fence.lua", "places.lua");
+static PLACE_RELEASE: LazyLock<ScriptPair> = script!("place_release.lua" @ KEEPS, "line.lua");
+static FAIR_ACQUIRE: LazyLock<ScriptPair> = script!("fair_acquire.lua" @ GRANTS, "fence.lua");
+static FAIR_LEAVE: LazyLock<ScriptPair> = script!("fair_leave.lua" @ KEEPS, "line.lua");
+static FENCE_RAISE: LazyLock<ScriptPair> = script!("fence_raise.lua" @ GRANTS);
+static TURN_LEAVE: LazyLock<ScriptPair> = script!("turn_leave.lua" @ KEEPS);
+static INSPECT: LazyLock<ScriptPair> = script!("inspect.lua" @ "{'no-writes'}");
+static FORCE_RELEASE: LazyLock<ScriptPair> = script!("force_release.lua" @ KEEPS, "line.lua");
+
+/// Every script, in the library's order.
+static SCRIPTS: [&LazyLock<ScriptPair>; 13] = [
+    &ACQUIRE,
+    &RELEASE,
+    &HANDOFF,
+    &RENEW,
+    &PERMIT_ACQUIRE,
+    &READ_ACQUIRE,
+    &PLACE_RELEASE,
+    &FAIR_ACQUIRE,
+    &FAIR_LEAVE,
+    &FENCE_RAISE,
+    &TURN_LEAVE,
+    &INSPECT,
+    &FORCE_RELEASE,
+];
+
+/// Every script as one library of Redis Functions (see `library.lua`),
+/// with PUBLISH or SPUBLISH: loaded once per server by `FUNCTION LOAD`,
+/// and run by `FCALL`, where the server has them (Redis 7.0 and later,
+/// Valkey).
+///
+/// Its name carries a hash of its text, as a script's SHA1 does: clients of
+/// different versions of this crate load libraries of different names, and
+/// never run each other's functions.
+#[derive(Debug)]
+pub(crate) struct Library {
+    /// `lockrt_` and the first 16 hex digits of the SHA1 of its text.
+    pub(crate) name: String,
+    /// What `FUNCTION LOAD` is sent.
+    pub(crate) text: String,
+}
+
+static LIBRARIES: LazyLock<[Library; 2]> =
+    LazyLock::new(|| [Library::new("PUBLISH"), Library::new("SPUBLISH")]);
+
+impl Library {
+    /// The library with PUBLISH, or with SPUBLISH when `sharded`.
+    pub(crate) fn get(sharded: bool) -> &'static Library {
+        &LIBRARIES[usize::from(sharded)]
+    }
+
+    fn new(publish: &str) -> Library {
+        let mut body = format!("local PUBLISH = '{publish}'\n");
+        for part in [
+            include_str!("prelude.lua"),
+            include_str!("fence.lua"),
+            include_str!("places.lua"),
+            include_str!("line.lua"),
+            include_str!("library.lua"),
+        ] {
+            body.push_str(part);
+        }
+        for script in &SCRIPTS {
+            body.push_str("do\n");
+            body.push_str(script.body);
+            body.push_str("local function batch(KEYS, ARGV)\n");
+            body.push_str(include_str!("batch.lua"));
+            body.push_str("\nend\n");
+            body.push_str(&format!(
+                "register('{}', run, batch, {})\nend\n",
+                script.stem(),
+                script.flags
+            ));
+        }
+        let hash = Script::new(&body).get_hash().to_owned();
+        let name = format!("lockrt_{}", &hash[..16]);
+        let text = format!("#!lua name={name}\nlocal LIBRARY = '{name}'\n{body}");
+        Library { name, text }
+    }
+}
+
+/// How a server runs the scripts: as functions of the [`Library`] (`FCALL`)
+/// or as scripts (`EVALSHA`), where it has no functions (before Redis 7.0)
+/// or refuses them (an ACL, a renamed command).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Form {
+    Function,
+    Script,
+}
+
+/// What a command runs: the script, and the library holding it as a
+/// function, one of which a server that does not know it (restarted, its
+/// script cache or its functions flushed) must be sent.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Runs {
+    pub(crate) script: &'static Script,
+    pub(crate) library: &'static Library,
+}
 
 /// One call of one lock script: the script, its keys and arguments, and
 /// what running it twice would do. Cheap to clone; runs on any node (see
@@ -212,10 +360,13 @@ impl Call {
         self.items.args()
     }
 
-    /// The script this call runs (`sharded`: with SPUBLISH), for loading
-    /// it after a NOSCRIPT reply.
-    pub(crate) fn script(&self, sharded: bool) -> &'static Script {
-        self.script.get(sharded)
+    /// What this call runs (`sharded`: with SPUBLISH), for loading it where
+    /// the server does not know it.
+    pub(crate) fn runs(&self, sharded: bool) -> Runs {
+        Runs {
+            script: self.script.get(sharded),
+            library: Library::get(sharded),
+        }
     }
 
     /// The invocation to send: with SPUBLISH when `sharded`, and the
@@ -236,15 +387,15 @@ impl Call {
         call
     }
 
-    /// The `EVALSHA` command that runs it, with SPUBLISH when `sharded`,
-    /// and the restart quarantine's arguments last for an acquire script.
-    /// Written straight into one command buffer (redis-rs's
-    /// `ScriptInvocation` copies each key and argument into a buffer of
-    /// its own first, then into the command).
-    pub(crate) fn command(&self, sharded: bool, quarantine: &Quarantine) -> Cmd {
-        let script = self.script.get(sharded);
+    /// The command that runs it (`FCALL` or `EVALSHA`, as `form` says),
+    /// with SPUBLISH when `sharded`, and the restart quarantine's arguments
+    /// last for an acquire script. Written straight into one command buffer
+    /// (redis-rs's `ScriptInvocation` copies each key and argument into a
+    /// buffer of its own first, then into the command).
+    pub(crate) fn command(&self, sharded: bool, quarantine: &Quarantine, form: Form) -> Cmd {
         let keys = self.keys();
-        let mut cmd = eval_command(script, 1 + keys.len() + self.arg_count(), self.size());
+        let args = 1 + keys.len() + self.arg_count();
+        let mut cmd = head(self.script, sharded, false, form, args, self.size());
         cmd.arg(keys.len());
         for key in keys {
             cmd.arg(key);
@@ -255,24 +406,35 @@ impl Call {
 
     /// One command that runs every call of `calls` (all of one script)
     /// in order, each as it would run alone, and replies with one reply
-    /// per call (see `batch.lua`).
+    /// per call (see `batch.lua`); and what it runs.
     pub(crate) fn batch<'a>(
         calls: impl ExactSizeIterator<Item = &'a Call> + Clone,
         sharded: bool,
         quarantine: &Quarantine,
-    ) -> Option<(Cmd, &'static Script)> {
+        form: Form,
+    ) -> Option<(Cmd, Runs)> {
         let first = calls.clone().next()?;
-        let script = first.script.batch(sharded);
+        let runs = Runs {
+            script: first.script.batch(sharded),
+            library: Library::get(sharded),
+        };
         let (mut keys, mut args, mut size) = (0, 1 + 2 * calls.len(), 0);
         for call in calls.clone() {
             keys += call.keys().len();
             args += call.arg_count();
             size += call.size();
         }
-        let mut batch = eval_command(script, 1 + keys + args, size + 8 * args);
-        // EVALSHA sha numkeys KEYS... ARGV...: every call's keys, then the
-        // number of calls, each one's numbers of keys and of arguments,
-        // and every call's arguments.
+        let mut batch = head(
+            first.script,
+            sharded,
+            true,
+            form,
+            1 + keys + args,
+            size + 8 * args,
+        );
+        // FCALL function (or EVALSHA sha) numkeys KEYS... ARGV...: every
+        // call's keys, then the number of calls, each one's numbers of keys
+        // and of arguments, and every call's arguments.
         batch.arg(keys);
         for call in calls.clone() {
             for key in call.keys() {
@@ -286,7 +448,7 @@ impl Call {
         for call in calls {
             call.push_args(&mut batch, quarantine);
         }
-        Some((batch, script))
+        Some((batch, runs))
     }
 
     /// About how many bytes its keys and arguments take.
@@ -321,12 +483,48 @@ impl Call {
     }
 }
 
-/// An `EVALSHA` of `script`, with room for `args` more arguments (the key
-/// count, the keys and the script's arguments) of about `size` bytes.
-fn eval_command(script: &Script, args: usize, size: usize) -> Cmd {
+/// An `FCALL` of `script`'s function (its batched form when `batch`), or
+/// an `EVALSHA` of it, as `form` says, with room for `args` more arguments
+/// (the key count, the keys and the script's arguments) of about `size`
+/// bytes.
+fn head(
+    script: &ScriptPair,
+    sharded: bool,
+    batch: bool,
+    form: Form,
+    args: usize,
+    size: usize,
+) -> Cmd {
     let mut cmd = Cmd::with_capacity(2 + args, 64 + size + 4 * args);
-    cmd.arg("EVALSHA").arg(script.get_hash());
+    match form {
+        Form::Function => cmd.arg("FCALL").arg(script.function(sharded, batch)),
+        Form::Script => {
+            let script = if batch {
+                script.batch(sharded)
+            } else {
+                script.get(sharded)
+            };
+            cmd.arg("EVALSHA").arg(script.get_hash())
+        }
+    };
     cmd
+}
+
+/// `cmd`, an `FCALL`, as the `EVALSHA` of `script` that does the same.
+pub(crate) fn as_script(cmd: &Cmd, script: &Script) -> Cmd {
+    let mut again = Cmd::with_capacity(cmd.args_iter().len(), 64);
+    again.arg("EVALSHA").arg(script.get_hash());
+    for arg in cmd.args_iter().skip(2) {
+        if let redis::Arg::Simple(bytes) = arg {
+            again.arg(bytes);
+        }
+    }
+    again
+}
+
+/// Whether `cmd` is an `FCALL`.
+pub(crate) fn is_function_call(cmd: &Cmd) -> bool {
+    matches!(cmd.args_iter().next(), Some(redis::Arg::Simple(b"FCALL")))
 }
 
 /// An acquisition's calls: the acquire script for some locks, and what
@@ -612,11 +810,23 @@ mod tests {
             for sharded in [false, true] {
                 let mut by_redis = redis::pipe();
                 by_redis.invoke_script(&call.invocation(sharded, &quarantine));
+                let script = call.command(sharded, &quarantine, Form::Script);
                 assert_eq!(
-                    call.command(sharded, &quarantine).get_packed_command(),
+                    script.get_packed_command(),
                     by_redis.get_packed_pipeline(),
                     "{} (sharded: {sharded})",
                     call.script_name()
+                );
+                // The function's call is the same after its name, and
+                // becomes the script's where the server refuses functions.
+                let function = call.command(sharded, &quarantine, Form::Function);
+                assert!(is_function_call(&function) && !is_function_call(&script));
+                let name = function.args_iter().nth(1);
+                let expected = format!("{}_{}", Library::get(sharded).name, call.script.stem());
+                assert!(matches!(name, Some(redis::Arg::Simple(n)) if n == expected.as_bytes()));
+                assert_eq!(
+                    as_script(&function, call.runs(sharded).script).get_packed_command(),
+                    script.get_packed_command()
                 );
             }
         }
