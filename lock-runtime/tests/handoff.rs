@@ -31,9 +31,7 @@ fn script_calls(server: &RedisServer) -> u64 {
                 .iter()
                 .any(|name| line.starts_with(name))
         })
-        .map(|line| {
-            field(line, "calls").saturating_sub(field(line, "failed_calls"))
-        })
+        .map(|line| field(line, "calls").saturating_sub(field(line, "failed_calls")))
         .sum()
 }
 

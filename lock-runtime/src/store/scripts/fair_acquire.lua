@@ -20,17 +20,6 @@
 -- waiter's place runs out, or, quarantined 1, how long the restart
 -- quarantine keeps the lock closed.
 local now = now_ms()
--- Waiters that stopped trying (died, gave up silently) leave the line.
--- (Each call a script makes costs Redis on its one thread: most calls find
--- none, and remove nothing.)
-local stopped = redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', now)
-if #stopped > 0 then
-  for _, gone in ipairs(stopped) do
-    redis.call('ZREM', KEYS[3], gone)
-  end
-  redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', now)
-end
-
 local owner = redis.call('HGET', KEYS[1], 'owner')
 local how = ARGV[5]
 if owner == ARGV[1] then
@@ -56,9 +45,20 @@ else
 end
 
 -- Who is first in line and how many readers hold the read side matter
--- only to a lock nobody holds: a held one is not asked.
+-- only to a lock nobody holds: a held one is not asked. Waiters that
+-- stopped trying (died, gave up silently) leave the line first. (A held
+-- lock's release skips them too, see next_in_line in line.lua. Each call a
+-- script makes costs Redis on its one thread: most calls find none, and
+-- remove nothing.)
 local first, readers = nil, 0
 if not owner then
+  local stopped = redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', now)
+  if #stopped > 0 then
+    for _, gone in ipairs(stopped) do
+      redis.call('ZREM', KEYS[3], gone)
+    end
+    redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', now)
+  end
   first = redis.call('ZRANGE', KEYS[3], 0, 0)[1]
   readers = redis.call('ZCOUNT', KEYS[5], '(' .. now, '+inf')
 end
@@ -94,8 +94,7 @@ else
 end
 if ARGV[4] == '1' then
   if not redis.call('ZSCORE', KEYS[3], ARGV[1]) then
-    local t = redis.call('TIME')
-    redis.call('ZADD', KEYS[3], tonumber(t[1]) * 1000000 + tonumber(t[2]), ARGV[1])
+    redis.call('ZADD', KEYS[3], arrival(), ARGV[1])
   end
   local stay = tonumber(ARGV[3])
   redis.call('ZADD', KEYS[4], now + stay, ARGV[1])

@@ -77,8 +77,8 @@ elseif lock_type == 'zset' then
 end
 places('r', KEYS[3], KEYS[4])
 
--- Waiters that stopped trying are still in line until the next fair
--- acquisition prunes them: leave them out.
+-- Waiters that stopped trying are still in line until a fair acquisition
+-- of the free lock, or a release, prunes them: leave them out.
 local queue = {}
 if type_of(KEYS[5]) == 'zset' and type_of(KEYS[6]) == 'zset' then
   for _, owner in ipairs(redis.call('ZRANGE', KEYS[5], 0, -1)) do

@@ -13,11 +13,11 @@
 --
 -- What the helpers keep for one call only is forgotten before each call
 -- (`fresh`): the clock, which stands still during a call but not between
--- calls, the last token drawn, and the restart check's answer for the
--- call's quarantine.
+-- calls, the last arrival in a line and the last token drawn, and the
+-- restart check's answer for the call's quarantine.
 local function fresh()
   clock_us = nil
-  drawn = 0
+  arrived, drawn = 0, 0
   settled, last_save = nil, nil
 end
 

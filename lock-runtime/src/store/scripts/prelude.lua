@@ -18,6 +18,16 @@ local function now_us()
   return clock_us
 end
 
+-- A waiter's time of arrival in a line of fair waiters (us): the clock
+-- (see now_us), kept apart, in the order they come, for the waiters that
+-- arrive in one script call (a batch), whom it would otherwise tie (ties
+-- in a sorted set go by name, not by arrival).
+local arrived = 0
+local function arrival()
+  arrived = math.max(now_us(), arrived + 1)
+  return arrived
+end
+
 -- The server's clock in milliseconds (see now_us).
 local function now_ms()
   return math.floor(now_us() / 1000)
