@@ -36,24 +36,40 @@ impl<T: Send + 'static> Future for Detached<T> {
     ///
     /// When polled again after it returned its output, as any future may.
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<T> {
-        let future = self
-            .future
-            .as_mut()
-            .expect("a Detached future is not polled after it is done");
-        // A future that panicked is done too: it must not be spawned again
-        // on drop (it would only panic once more, in a task of its own).
-        let polled = match catch_unwind(AssertUnwindSafe(|| future.as_mut().poll(cx))) {
-            Ok(polled) => polled,
-            Err(panic) => {
-                self.future = None;
-                resume_unwind(panic);
-            }
-        };
-        let Poll::Ready(output) = polled else {
-            return Poll::Pending;
-        };
-        self.future = None;
-        Poll::Ready(output)
+        poll_in_place(
+            &mut self.future,
+            cx,
+            "a Detached future is not polled after it is done",
+        )
+    }
+}
+
+/// Polls the future in `slot` in place, and empties the slot once it is
+/// done: with its output, or with a panic, which is passed on. A future
+/// that panicked is done too: it must not be spawned again by a `Drop`
+/// that finishes what is left in the slot (it would only panic once more,
+/// in a task of its own).
+///
+/// # Panics
+///
+/// When the slot is empty (polled after it is done), with `done` as the
+/// message; and with the future's own panic.
+pub(crate) fn poll_in_place<T>(
+    slot: &mut Option<BoxFuture<'static, T>>,
+    cx: &mut Context<'_>,
+    done: &str,
+) -> Poll<T> {
+    let future = slot.as_mut().expect(done);
+    match catch_unwind(AssertUnwindSafe(|| future.as_mut().poll(cx))) {
+        Ok(Poll::Pending) => Poll::Pending,
+        Ok(ready) => {
+            *slot = None;
+            ready
+        }
+        Err(panic) => {
+            *slot = None;
+            resume_unwind(panic)
+        }
     }
 }
 

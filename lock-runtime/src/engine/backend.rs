@@ -718,6 +718,10 @@ async fn on_quorum(nodes: &[Node], attempt: &Attempt<'_>) -> Result<Acquired, Lo
         }
     }
     let give_back = |indices: Vec<usize>| {
+        // Nothing granted: nothing to give back, no call to build.
+        if indices.is_empty() {
+            return;
+        }
         let undo = undo.clone();
         let nodes: Vec<Node> = indices.iter().map(|&i| nodes[i].clone()).collect();
         let name = name.to_owned();

@@ -44,7 +44,6 @@
 
 use std::collections::HashMap;
 use std::future::Future;
-use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
 use std::pin::Pin;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Context, Poll};
@@ -55,6 +54,7 @@ use futures_util::stream::{FuturesUnordered, StreamExt};
 use redis::{RedisError, Value};
 use tokio::sync::oneshot;
 
+use crate::base::detached::poll_in_place;
 use crate::base::error::LockError;
 use crate::base::keys::slot;
 use crate::store::scripts::{Call, Undo};
@@ -276,26 +276,16 @@ impl<T: Transport> Future for Alone<'_, T> {
     ///
     /// When polled again after it returned its reply, as any future may.
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Reply> {
-        let sending = self
-            .sending
-            .as_mut()
-            .expect("a call gone alone is not polled after its reply");
-        // A call that panicked is done too: it must not be spawned again
-        // on drop (it would only panic once more, in a task of its own).
-        let polled = match catch_unwind(AssertUnwindSafe(|| sending.as_mut().poll(cx))) {
-            Ok(polled) => polled,
-            Err(panic) => {
-                self.sending = None;
-                self.out = None;
-                resume_unwind(panic);
-            }
-        };
-        let Poll::Ready(reply) = polled else {
-            return Poll::Pending;
-        };
-        self.sending = None;
-        self.out = None;
-        Poll::Ready(reply)
+        // (A call that panicked is done too: its `Out` goes with it.)
+        let polled = poll_in_place(
+            &mut self.sending,
+            cx,
+            "a call gone alone is not polled after its reply",
+        );
+        if polled.is_ready() {
+            self.out = None;
+        }
+        polled
     }
 }
 
