@@ -265,8 +265,8 @@ pub(crate) enum Command {
     },
     /// Check that each server suits the locks, and say what to change.
     ///
-    /// Reads the version, INFO, the eviction policy, scripting, publishing,
-    /// persistence and the replication role of the server, of each Redlock
+    /// Reads the version, INFO, the eviction policy, scripting, functions,
+    /// publishing, persistence and the replication role of the server, of each Redlock
     /// master, or of each Cluster node named (name every master). Sentinels
     /// hold no locks: give the master's --url instead. Exit code 5 when
     /// something must change; warnings alone exit 0.

@@ -4,8 +4,9 @@
 //! It talks to each server with plain commands (not through a lock client,
 //! which refuses some of what it checks at connect), and reads what the
 //! client needs: the version, `INFO` (the client reads it at connect and in
-//! its scripts), the eviction policy, scripting, publishing, persistence
-//! and the replication role. See the guide's deployments chapter for why
+//! its scripts), the eviction policy, scripting (and whether it may run
+//! its scripts as functions), publishing, persistence and the replication
+//! role. See the guide's deployments chapter for why
 //! each matters.
 
 use lock_runtime::redis::{self, aio::MultiplexedConnection};
@@ -102,6 +103,7 @@ pub(crate) async fn examine(
         role(&replication, needs, &mut finding);
     }
     scripting(&mut conn, &mut finding).await;
+    functions(&mut conn, &server, &mut finding).await;
     publishing(&mut conn, needs, &mut finding).await;
     if let Some(persistence) = info(&mut conn, "persistence", &mut finding).await {
         let save: Option<Vec<String>> = redis::cmd("CONFIG")
@@ -285,6 +287,57 @@ async fn scripting(conn: &mut MultiplexedConnection, finding: &mut Record<'_>) {
                  client's user (`+@scripting +time +info`; the guide's requirements section \
                  has a whole ACL line)",
             ),
+        ),
+    }
+}
+
+/// Whether the client can run its scripts as functions of its library
+/// (FCALL, Redis 7.0 and later), which costs Redis less per call than
+/// EVALSHA; the client falls back to EVALSHA where the server refuses them.
+async fn functions(conn: &mut MultiplexedConnection, server: &str, finding: &mut Record<'_>) {
+    let version = field(server, "redis_version").and_then(major_minor);
+    if version.is_some_and(|v| v < (7, 0)) {
+        finding(
+            "functions",
+            Status::Ok,
+            "none before Redis 7.0: the client runs its scripts by EVALSHA".to_owned(),
+            None,
+        );
+        return;
+    }
+    // A function no library has: a server that lets the user call
+    // functions answers that it has no such function.
+    let probe = redis::cmd("FCALL")
+        .arg("lockctl_doctor_probe")
+        .arg(0)
+        .query_async::<redis::Value>(conn)
+        .await;
+    match probe {
+        Err(err)
+            if !err
+                .detail()
+                .is_some_and(|d| d.starts_with("Function not found")) =>
+        {
+            finding(
+                "functions",
+                Status::Warn,
+                format!(
+                    "FCALL refused ({err}): the client runs its scripts by EVALSHA, which costs \
+                 Redis more per lock"
+                ),
+                Some(
+                    "allow `+fcall +function|load` for the client's user (the guide's ACL line has \
+                 them)",
+                ),
+            )
+        }
+        _ => finding(
+            "functions",
+            Status::Ok,
+            "FCALL allowed: the client runs its scripts as functions of its library, which \
+             it loads with FUNCTION LOAD at first use"
+                .to_owned(),
+            None,
         ),
     }
 }

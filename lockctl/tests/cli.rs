@@ -596,6 +596,7 @@ async fn doctor_passes_a_fit_server_and_names_what_to_change_on_an_evicting_one(
         "eviction",
         "role",
         "scripting",
+        "functions",
         "pubsub",
         "persistence",
     ] {
@@ -607,6 +608,19 @@ async fn doctor_passes_a_fit_server_and_names_what_to_change_on_an_evicting_one(
     assert!(
         found.iter().all(|(_, status)| status != "fail"),
         "{found:?}"
+    );
+
+    assert!(
+        found.contains(&("functions".to_owned(), "ok".to_owned())),
+        "{found:?}"
+    );
+    // FCALL refused: the client falls back to EVALSHA, which doctor warns of.
+    let no_functions = RedisServer::start_with(&["--rename-command", "FCALL", ""]);
+    let warned = lockctl(&no_functions, &["--json", "doctor"]).await;
+    assert!(
+        doctor_findings(&warned).contains(&("functions".to_owned(), "warn".to_owned())),
+        "{}",
+        stdout(&warned)
     );
 
     // A memory limit with an evicting policy: the client would refuse it.
