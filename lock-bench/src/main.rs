@@ -378,7 +378,7 @@ fn write_report(
          sharing the machine, once that server has been up for longer than the runtime's \
          restart quarantine (30 s), as a production server has. The runtime runs its scripts \
          as functions of one library (`FCALL`; Redis 7.0 and later), which read `INFO server` \
-         once and `LASTSAVE` (after a recent save, also a mark the runtime leaves) until they \
+         at most once and `LASTSAVE` (after a recent save, also a mark the runtime leaves) until they \
          have seen the server up for the quarantine, then nothing more. **Ratios are the result; \
          absolute times are for context** and depend on the machine.\n\n",
     );

@@ -136,24 +136,40 @@ async fn a_server_that_refuses_functions_runs_the_scripts() {
 
 #[tokio::test]
 async fn a_full_server_still_lets_locks_go() {
-    let server = RedisServer::start();
-    let locks = connect(builder(&server)).await;
-    let name = unique_key("full");
-    let guard = locks.lock(name.as_str()).acquire().await.expect("acquire");
-    let key = common::lock_key(&name);
-    // Out of memory, without eviction: Redis refuses writes that need
-    // memory.
-    server.cli(&["CONFIG", "SET", "maxmemory-policy", "noeviction"]);
-    server.cli(&["CONFIG", "SET", "maxmemory", "1"]);
-    let refused = locks
-        .lock(unique_key("full-other"))
-        .wait(Duration::ZERO)
-        .acquire()
-        .await;
-    assert!(refused.is_err(), "a full server grants nothing");
-    guard.release().await.expect("released all the same");
-    assert_eq!(server.cli(&["EXISTS", &key]), "0");
-    server.cli(&["CONFIG", "SET", "maxmemory", "0"]);
+    // With the library loaded, and without it (a server new to this
+    // version of the crate, or flushed): a full server refuses FUNCTION
+    // LOAD, and the release runs by EVALSHA.
+    for flushed in [false, true] {
+        let server = RedisServer::start();
+        let functions = major(&server) >= 7;
+        let locks = connect(builder(&server)).await;
+        let name = unique_key("full");
+        let guard = locks.lock(name.as_str()).acquire().await.expect("acquire");
+        let key = common::lock_key(&name);
+        if flushed && functions {
+            server.cli(&["FUNCTION", "FLUSH"]);
+        }
+        // Out of memory, without eviction: Redis refuses writes that need
+        // memory.
+        server.cli(&["CONFIG", "SET", "maxmemory-policy", "noeviction"]);
+        server.cli(&["CONFIG", "SET", "maxmemory", "1"]);
+        let refused = locks
+            .lock(unique_key("full-other"))
+            .wait(Duration::ZERO)
+            .acquire()
+            .await;
+        assert!(refused.is_err(), "a full server grants nothing");
+        guard.release().await.expect("released all the same");
+        assert_eq!(server.cli(&["EXISTS", &key]), "0");
+
+        // Memory again: the scripts run as functions again.
+        server.cli(&["CONFIG", "SET", "maxmemory", "0"]);
+        server.cli(&["CONFIG", "RESETSTAT"]);
+        lock_and_unlock(&locks, 1).await;
+        if functions {
+            assert_eq!(ran(&server, "fcall"), 2, "flushed: {flushed}");
+        }
+    }
 }
 
 /// The guide's ACL line (deployments.md, "An ACL user"), read from the

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use futures_util::future::BoxFuture;
 use redis::cluster_routing::{MultipleNodeRoutingInfo, RoutingInfo};
-use redis::{Cmd, ErrorKind, FromRedisValue, RedisError, ServerErrorKind, Value};
+use redis::{Cmd, ErrorKind, FromRedisValue, RedisError, ServerError, ServerErrorKind, Value};
 use tokio_util::sync::CancellationToken;
 
 use crate::base::config::Replicas;
@@ -458,19 +458,33 @@ impl Recovery {
 }
 
 /// Whether `err` refuses a function command itself: unknown (before Redis
-/// 7.0, a renamed command) or not permitted (an ACL).
+/// 7.0, a renamed command) or not permitted (an ACL: not a key or channel
+/// the ACL denies, whose message names no command).
 fn functions_refused(err: &RedisError) -> bool {
-    replied(err, "NOPERM", "") || replied(err, "ERR", "unknown command")
+    replied(err, "ERR", "unknown command")
+        || reply_is(err, |reply| {
+            reply.code() == "NOPERM"
+                && reply.details().is_some_and(|detail| {
+                    detail.contains("'fcall'") || detail.contains("'function|load'")
+                })
+        })
 }
 
-/// Whether `err` is the script command's own error reply (a pipeline's
-/// first command's, not `WAIT`'s), with `code` and a text that starts with
-/// `text`.
+/// Whether `err` is the script command's own error reply, with `code` and
+/// a text that starts with `text`.
 fn replied(err: &RedisError, code: &str, text: &str) -> bool {
+    reply_is(err, |reply| {
+        reply.code() == code && reply.details().unwrap_or("").starts_with(text)
+    })
+}
+
+/// Whether `err` holds the script command's own error reply (a pipeline's
+/// first command's, not `WAIT`'s), and it is what `is` says.
+fn reply_is(err: &RedisError, is: impl Fn(&ServerError) -> bool) -> bool {
     err.clone().into_server_errors().is_some_and(|errors| {
-        errors.first().is_some_and(|(index, reply)| {
-            *index == 0 && reply.code() == code && reply.details().unwrap_or("").starts_with(text)
-        })
+        errors
+            .first()
+            .is_some_and(|(index, reply)| *index == 0 && is(reply))
     })
 }
 
@@ -507,14 +521,22 @@ async fn run_script<T: FromRedisValue>(
             Some(Recovery::LoadScript) => {
                 runs.script.load_async(&mut conn).await?;
             }
-            Some(Recovery::LoadLibrary) => match load_library(&mut conn, runs.library).await {
-                Ok(()) => {}
-                Err(load) if functions_refused(&load) => {
-                    refused.store(true, Ordering::Relaxed);
+            Some(Recovery::LoadLibrary) => {
+                if let Err(load) = load_library(&mut conn, runs.library).await {
+                    // The library cannot be loaded: this call runs by
+                    // EVALSHA all the same (a server out of memory refuses
+                    // FUNCTION LOAD, not SCRIPT LOAD, and must still let
+                    // locks go; on a Cluster, one master down fails the
+                    // load on all). A server that refuses functions, or
+                    // answers the load with an error of its own (a library
+                    // it cannot compile), gets EVALSHA from then on.
+                    if functions_refused(&load) || replied(&load, "ERR", "") {
+                        tracing::debug!(error = %load, "the server refuses the lock library: scripts run by EVALSHA");
+                        refused.store(true, Ordering::Relaxed);
+                    }
                     sent = Cow::Owned(as_script(&sent, runs.script));
                 }
-                Err(load) => return Err(load),
-            },
+            }
             Some(Recovery::AsScript) => {
                 refused.store(true, Ordering::Relaxed);
                 sent = Cow::Owned(as_script(&sent, runs.script));

@@ -7,8 +7,9 @@
 -- reply, as its message (a string, where the scripts run so reply with
 -- arrays), not the batch's: an error reply inside an array would fail the
 -- whole reply in the client. Except READONLY and OOM, which Redis raises at
--- the first write of a script call, before anything was written: those
--- fail the whole call, as they would fail a lone one.
+-- the first write of a script call, before anything was written (or, for
+-- a function that may write, before it runs at all): those fail the whole
+-- call, as they would fail a lone one.
 --
 -- ARGV[1]              the number of calls, m
 -- ARGV[2j], ARGV[2j+1] for the j-th call (j = 1..m), its number of keys and

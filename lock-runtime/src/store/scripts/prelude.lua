@@ -2,8 +2,9 @@
 -- that sets PUBLISH: 'SPUBLISH' on a Cluster, where release messages use
 -- sharded pub/sub, 'PUBLISH' elsewhere). The helpers only some scripts
 -- need are in fence.lua, places.lua and line.lua, prepended to those
--- scripts only (see mod.rs): each helper is a closure made anew at every
--- script call, which Redis pays on its one thread.
+-- scripts only (see mod.rs): run by EVALSHA, each helper is a closure made
+-- anew at every script call, which Redis pays on its one thread. In the
+-- library (library.lua), every helper is made once, when it is loaded.
 
 -- The server's clock in microseconds, read once per script call (a call
 -- may take many locks, see batch.lua): a script runs at once, as one step,
