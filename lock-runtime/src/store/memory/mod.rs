@@ -14,7 +14,9 @@
 //! PTTL TTL, GET SET INCR DECR INCRBY DECRBY, HDEL HEXISTS HGET HGETALL
 //! HINCRBY HLEN HMGET HSET, ZADD ZCARD ZCOUNT ZRANGE ZRANGEBYSCORE ZREM
 //! ZREMRANGEBYSCORE ZSCORE, PUBLISH SPUBLISH PUBSUB, EVAL EVALSHA SCRIPT;
-//! anything else is `ERR unknown command`.
+//! anything else is `ERR unknown command`, as FCALL is, as on Redis 6.2: the
+//! client's first call finds it so, and the client runs the scripts by
+//! EVALSHA from then on.
 //!
 //! Known differences from Redis 7.0:
 //!
