@@ -9,12 +9,15 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use futures_util::future::BoxFuture;
-use redis::cluster_routing::{MultipleNodeRoutingInfo, RoutingInfo};
-use redis::{Cmd, ErrorKind, FromRedisValue, RedisError, ServerError, ServerErrorKind, Value};
+use redis::cluster_routing::{
+    MultipleNodeRoutingInfo, Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr,
+};
+use redis::{Arg, Cmd, ErrorKind, FromRedisValue, RedisError, ServerError, ServerErrorKind, Value};
 use tokio_util::sync::CancellationToken;
 
 use crate::base::config::Replicas;
 use crate::base::error::{Chain, LockError, is_read_only};
+use crate::base::keys::slot;
 use crate::store::answers::{AnsweringAgain, Answers};
 use crate::store::coalesce::{Coalescer, Failure, Lane, Reply, Transport};
 use crate::store::connection::Conn;
@@ -488,21 +491,48 @@ fn reply_is(err: &RedisError, is: impl Fn(&ServerError) -> bool) -> bool {
     })
 }
 
-/// Loads `library` (on a Cluster, on every master). `REPLACE`: a server
-/// that has it already (loaded by another client meanwhile, or on some
-/// masters of a Cluster and not others) takes it again, forgetting only
+/// Loads `library` where `call` goes: on a Cluster, the master of its
+/// key's slot (sent to every master, redis-rs would keep one master's
+/// answer and drop the others'). `REPLACE`: a server that has it already
+/// (loaded by another client meanwhile) takes it again, forgetting only
 /// what its functions learnt of the server (see `library.lua`).
-async fn load_library(conn: &mut Conn, library: &Library) -> redis::RedisResult<()> {
+async fn load_library(conn: &mut Conn, library: &Library, call: &Cmd) -> redis::RedisResult<()> {
     let mut load = redis::cmd("FUNCTION");
     load.arg("LOAD").arg("REPLACE").arg(&library.text);
+    // FCALL function numkeys key...: the first key decides the slot.
+    if let Conn::Cluster(cluster) = conn
+        && let Some(Arg::Simple(key)) = call.args_iter().nth(3)
+        && let Ok(key) = std::str::from_utf8(key)
+    {
+        let master = Route::new(slot(key), SlotAddr::Master);
+        let route = RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(master));
+        return cluster.route_command(load, route).await.map(drop);
+    }
     load.query_async::<Value>(conn).await.map(drop)
 }
 
+/// Whether a failed `FUNCTION LOAD` says the server will never run the
+/// library: it refuses functions (see [`functions_refused`]), or cannot
+/// compile or register it. Anything else (out of memory, a timeout, a
+/// master down) may pass.
+fn library_refused(err: &RedisError) -> bool {
+    functions_refused(err)
+        || replied(err, "ERR", "Error compiling")
+        || replied(err, "ERR", "Error registering")
+}
+
 /// Sends `cmd`, which runs a script (`runs`) by `FCALL` or `EVALSHA`, as
-/// `sending` says. A server that does not know the script or the library
-/// is sent it, and `cmd` again (it did not run); a server that refuses the
-/// library's functions gets the script by EVALSHA, from then on
-/// (`refused`).
+/// `sending` says; each time a reply proves that the command did not run,
+/// does what it asks and sends it again:
+/// * a server that does not know the script is sent it (`SCRIPT LOAD`);
+/// * a server that does not know the library's function is sent the
+///   library, once; when that fails, or the function is still missing
+///   there (a Cluster slot that moved meanwhile), this call runs by EVALSHA
+///   (a server out of memory refuses `FUNCTION LOAD`, not `SCRIPT LOAD`,
+///   and must still let locks go), and the next call tries the library
+///   again, unless the server will never run it ([`library_refused`]);
+/// * a server that refuses functions gets the script by EVALSHA, and so
+///   does every later call (`refused`).
 async fn run_script<T: FromRedisValue>(
     mut conn: Conn,
     cmd: &Cmd,
@@ -511,8 +541,10 @@ async fn run_script<T: FromRedisValue>(
     refused: &AtomicBool,
 ) -> redis::RedisResult<T> {
     let mut sent = Cow::Borrowed(cmd);
-    // At most: the library loaded or refused, then the script loaded.
-    for _ in 0..2 {
+    let mut loaded = false;
+    // At most: the library loaded, the function still missing, the script
+    // loaded.
+    for _ in 0..3 {
         let err = match sending.send(&mut conn, &sent).await {
             Err(err) => err,
             done => return done,
@@ -522,20 +554,21 @@ async fn run_script<T: FromRedisValue>(
                 runs.script.load_async(&mut conn).await?;
             }
             Some(Recovery::LoadLibrary) => {
-                if let Err(load) = load_library(&mut conn, runs.library).await {
-                    // The library cannot be loaded: this call runs by
-                    // EVALSHA all the same (a server out of memory refuses
-                    // FUNCTION LOAD, not SCRIPT LOAD, and must still let
-                    // locks go; on a Cluster, one master down fails the
-                    // load on all). A server that refuses functions, or
-                    // answers the load with an error of its own (a library
-                    // it cannot compile), gets EVALSHA from then on.
-                    if functions_refused(&load) || replied(&load, "ERR", "") {
-                        tracing::debug!(error = %load, "the server refuses the lock library: scripts run by EVALSHA");
-                        refused.store(true, Ordering::Relaxed);
-                    }
+                let load = if loaded {
+                    Ok(())
+                } else {
+                    load_library(&mut conn, runs.library, &sent).await
+                };
+                if let Err(load) = &load
+                    && library_refused(load)
+                {
+                    tracing::debug!(error = %load, "the server refuses the lock library: scripts run by EVALSHA");
+                    refused.store(true, Ordering::Relaxed);
+                }
+                if loaded || load.is_err() {
                     sent = Cow::Owned(as_script(&sent, runs.script));
                 }
+                loaded = true;
             }
             Some(Recovery::AsScript) => {
                 refused.store(true, Ordering::Relaxed);

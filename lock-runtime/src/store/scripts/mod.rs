@@ -8,7 +8,8 @@
 //! without functions, or that refuses them, runs each script by EVALSHA,
 //! hashed once per process ([`redis::Script`] in a static). A server that
 //! lost the library or a script (a restart, a flush) says so, and the node
-//! loads it and sends the call again (see `node::run_script`).
+//! loads it and sends the call again; a call whose library cannot be loaded
+//! (a server out of memory) runs by EVALSHA (see `node::run_script`).
 //!
 //! A [`Call`] is one script with its keys and arguments: built by one
 //! function per script in [`calls`], cloned freely (a Redlock acquisition
@@ -268,8 +269,8 @@ impl Library {
 }
 
 /// How a server runs the scripts: as functions of the [`Library`] (`FCALL`)
-/// or as scripts (`EVALSHA`), where it has no functions (before Redis 7.0)
-/// or refuses them (an ACL, a renamed command).
+/// or as scripts (`EVALSHA`), where it has no functions (before Redis 7.0),
+/// refuses them (an ACL, a renamed command) or cannot load the library.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Form {
     Function,
