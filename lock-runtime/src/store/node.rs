@@ -425,7 +425,11 @@ impl Sending {
                     .cmd("WAIT")
                     .arg(replicas.count)
                     .arg(replicas.timeout.as_millis() as u64);
-                pipe.query_async(conn).await
+                // Boxed, as every path but the common one below: the future
+                // of every call holds what its paths hold, and a large one
+                // costs every call (and overflowed a thread's stack in
+                // unoptimised builds).
+                Box::pin(pipe.query_async(conn)).await
             }
         }
     }
@@ -551,13 +555,13 @@ async fn run_script<T: FromRedisValue>(
         };
         match Recovery::of(&err, &sent) {
             Some(Recovery::LoadScript) => {
-                runs.script.load_async(&mut conn).await?;
+                Box::pin(runs.script.load_async(&mut conn)).await?;
             }
             Some(Recovery::LoadLibrary) => {
                 let load = if loaded {
                     Ok(())
                 } else {
-                    load_library(&mut conn, runs.library, &sent).await
+                    Box::pin(load_library(&mut conn, runs.library, &sent)).await
                 };
                 if let Err(load) = &load
                     && library_refused(load)
