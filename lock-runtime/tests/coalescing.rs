@@ -11,34 +11,10 @@ use std::collections::HashSet;
 use std::task::Poll;
 use std::time::Duration;
 
-use common::{builder, connect};
+use common::{builder, command_stat, connect, ran};
 use lock_runtime::{LockClient, LockError, LockGuard};
 use lock_testkit::{RedisServer, unique_key};
 use tokio::task::JoinHandle;
-
-/// How many times Redis ran `command` since the last `CONFIG RESETSTAT`,
-/// not counting refusals: rejected before running (counted apart), or
-/// failed (the NOSCRIPT, or the function not found, that makes the client
-/// load a script or the library on first use).
-fn calls(server: &RedisServer, command: &str) -> u64 {
-    field(server, command, "calls").saturating_sub(field(server, command, "failed_calls"))
-}
-
-/// One field of `command`'s line in `INFO commandstats` (0 without one).
-fn field(server: &RedisServer, command: &str, name: &str) -> u64 {
-    let stats = server.cli(&["INFO", "commandstats"]);
-    let prefix = format!("cmdstat_{command}:");
-    let Some(fields) = stats
-        .lines()
-        .find_map(|line| line.strip_prefix(prefix.as_str()))
-    else {
-        return 0;
-    };
-    fields
-        .split(',')
-        .find_map(|field| field.strip_prefix(name)?.strip_prefix('='))
-        .map_or(0, |n| n.parse().expect("a number"))
-}
 
 /// Acquires `PREFIX:0` .. `PREFIX:{count - 1}` (without waiting), each in
 /// a task, while the server is paused, so that they pile up and go
@@ -81,7 +57,7 @@ async fn acquisitions_ready_together_go_as_one_script_call() {
     // At most: two calls gone alone, two batches of the lane's sender
     // while the server is paused, and what waits after them, in one more
     // once a batch is back.
-    let acquire_calls = calls(&server, "evalsha");
+    let acquire_calls = ran(&server, "evalsha");
     assert!(
         acquire_calls <= 5,
         "64 acquisitions ready together took {acquire_calls} script calls"
@@ -97,7 +73,7 @@ async fn acquisitions_ready_together_go_as_one_script_call() {
     for release in releases {
         release.await.expect("task").expect("each lock released");
     }
-    let release_calls = calls(&server, "evalsha") - acquire_calls;
+    let release_calls = ran(&server, "evalsha") - acquire_calls;
     assert!(
         release_calls <= 5,
         "64 releases ready together took {release_calls} script calls"
@@ -205,12 +181,12 @@ async fn the_hot_path_asks_nothing_it_does_not_need() {
     guard.release().await.expect("release");
 
     // First: reading the stats is an INFO too.
-    assert_eq!(calls(&server, "info"), 0, "the uptime comes from LASTSAVE");
-    assert_eq!(calls(&server, "lastsave"), 1, "asked once");
+    assert_eq!(ran(&server, "info"), 0, "the uptime comes from LASTSAVE");
+    assert_eq!(ran(&server, "lastsave"), 1, "asked once");
     // (FCALL, or EVALSHA on Redis 6.2: see tests/functions.rs.)
-    let scripts = || calls(&server, "fcall") + calls(&server, "evalsha");
+    let scripts = || ran(&server, "fcall") + ran(&server, "evalsha");
     assert_eq!(scripts(), 2, "one call each way");
-    assert_eq!(calls(&server, "publish"), 0, "nobody waited");
+    assert_eq!(ran(&server, "publish"), 0, "nobody waited");
 
     // What the scripts learnt is kept (by the library's functions; by
     // nothing on Redis 6.2, where each call asks again): the server has
@@ -226,10 +202,10 @@ async fn the_hot_path_asks_nothing_it_does_not_need() {
     // (INFO is not asked either, but the test's own reads of the stats
     // are INFOs too.)
     assert_eq!(scripts(), 22);
-    if calls(&server, "fcall") > 0 {
-        assert_eq!(calls(&server, "lastsave"), 1, "not asked again");
+    if ran(&server, "fcall") > 0 {
+        assert_eq!(ran(&server, "lastsave"), 1, "not asked again");
     }
-    assert_eq!(calls(&server, "get"), 0, "no `:up` mark read");
+    assert_eq!(ran(&server, "get"), 0, "no `:up` mark read");
 }
 
 /// A nested guard's release (one level) whose caller gave up while it
@@ -319,9 +295,9 @@ async fn a_refusal_before_any_write_fails_the_whole_batch() {
     // script fails at its first write, as a failed call.)
     let (mut refused, mut answered) = (0, 0);
     for command in ["fcall", "evalsha"] {
-        refused +=
-            field(&server, command, "rejected_calls") + field(&server, command, "failed_calls");
-        answered += calls(&server, command);
+        refused += command_stat(&server, command, "rejected_calls")
+            + command_stat(&server, command, "failed_calls");
+        answered += ran(&server, command);
     }
     assert!(refused > 0, "the script calls were sent");
     assert_eq!(answered, 0, "every script call failed as a whole");

@@ -8,29 +8,9 @@ mod common;
 
 use std::time::Duration;
 
-use common::{builder, builder_for, connect};
+use common::{builder, builder_for, command_stat, connect, ran};
 use lock_runtime::LockClient;
 use lock_testkit::{RedisServer, unique_key};
-
-/// One field of `command`'s line in `INFO commandstats` (0 without one).
-fn field(server: &RedisServer, command: &str, name: &str) -> u64 {
-    let stats = server.cli(&["INFO", "commandstats"]);
-    let prefix = format!("cmdstat_{command}:");
-    stats
-        .lines()
-        .find_map(|line| line.strip_prefix(prefix.as_str()))
-        .and_then(|fields| {
-            fields
-                .split(',')
-                .find_map(|field| field.strip_prefix(name)?.strip_prefix('='))
-        })
-        .map_or(0, |n| n.parse().expect("a number"))
-}
-
-/// How many `command` calls ran and did not fail.
-fn ran(server: &RedisServer, command: &str) -> u64 {
-    field(server, command, "calls").saturating_sub(field(server, command, "failed_calls"))
-}
 
 /// The server's major version.
 fn major(server: &RedisServer) -> u32 {
@@ -100,7 +80,7 @@ async fn a_library_the_server_lost_is_loaded_again() {
     assert_eq!(libraries(&server).len(), 1);
     assert_eq!(ran(&server, "evalsha"), 0, "still functions");
     assert_eq!(
-        field(&server, "fcall", "failed_calls"),
+        command_stat(&server, "fcall", "failed_calls"),
         2,
         "one miss per load"
     );
@@ -129,7 +109,8 @@ async fn a_server_that_refuses_functions_runs_the_scripts() {
         assert_eq!(ran(&server, "evalsha"), 6, "{refusal}: scripts");
         assert_eq!(ran(&server, "fcall"), 0, "{refusal}");
         // Refused once, then never asked again.
-        let tried = field(&server, "fcall", "calls") + field(&server, "fcall", "rejected_calls");
+        let tried = command_stat(&server, "fcall", "calls")
+            + command_stat(&server, "fcall", "rejected_calls");
         assert!(tried <= 1, "{refusal}: FCALL tried {tried} times");
     }
 }

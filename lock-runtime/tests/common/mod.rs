@@ -190,6 +190,34 @@ pub fn ok<T>(server: &RedisServer, result: Result<T, LockError>) -> T {
     result.unwrap_or_else(|err| panic!("unexpected error: {err}\nserver log:\n{}", server.log()))
 }
 
+/// One field (`calls`, `failed_calls`, ...) of `command`'s line in the
+/// server's `INFO commandstats` (0 without one).
+pub fn command_stat(server: &RedisServer, command: &str, name: &str) -> u64 {
+    let stats = server.cli(&["INFO", "commandstats"]);
+    let prefix = format!("cmdstat_{command}:");
+    stats
+        .lines()
+        .find_map(|line| line.strip_prefix(prefix.as_str()))
+        .and_then(|fields| {
+            fields
+                .split(',')
+                .find_map(|field| field.strip_prefix(name)?.strip_prefix('='))
+        })
+        .map_or(0, |n| n.parse().expect("a number"))
+}
+
+/// How many times the server ran `command` since the last `CONFIG
+/// RESETSTAT`, not counting refusals: rejected before running (counted
+/// apart), or failed (the NOSCRIPT, or the function not found, that makes
+/// the client load a script or the library on first use).
+pub fn ran(server: &RedisServer, command: &str) -> u64 {
+    command_stat(server, command, "calls").saturating_sub(command_stat(
+        server,
+        command,
+        "failed_calls",
+    ))
+}
+
 /// Environment of a holder child process: the server URL and the lock name.
 pub const HOLDER_URL: &str = "LOCK_TEST_HOLDER_URL";
 pub const HOLDER_NAME: &str = "LOCK_TEST_HOLDER_NAME";
