@@ -6,34 +6,12 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::{
-    builder, client, clients, connect, ok, spawn_acquire, start_server_with_clients, within,
+    builder, client, clients, connect, ok, scripts_ran, spawn_acquire, start_server_with_clients,
+    within,
 };
 use lock_runtime::{LockClient, LockError, LockGuard};
 use lock_testkit::{RedisServer, unique_key};
 use tokio::task::JoinHandle;
-
-/// Script calls the server ran so far, by FCALL or EVALSHA (not those
-/// refused: the first call of a script or library the server does not
-/// have yet is refused, then sent again).
-fn script_calls(server: &RedisServer) -> u64 {
-    let stats = server.cli(&["INFO", "commandstats"]);
-    let field = |line: &str, name: &str| -> u64 {
-        line.split(&format!("{name}="))
-            .nth(1)
-            .and_then(|rest| rest.split(',').next())
-            .and_then(|n| n.trim().parse().ok())
-            .unwrap_or(0)
-    };
-    stats
-        .lines()
-        .filter(|line| {
-            ["cmdstat_fcall:", "cmdstat_evalsha:", "cmdstat_eval:"]
-                .iter()
-                .any(|name| line.starts_with(name))
-        })
-        .map(|line| field(line, "calls").saturating_sub(field(line, "failed_calls")))
-        .sum()
-}
 
 /// Takes `name` with `lease`, then starts a task of the same client that
 /// waits for it (up to `wait`), and gives that task time to start waiting.
@@ -74,7 +52,7 @@ async fn a_release_hands_the_lock_to_a_waiting_task_of_its_client() {
     let times = (lease, Duration::from_secs(10));
     let (first, waiting) = held_with_a_waiter(&server, &locks, &name, times).await;
 
-    let before = script_calls(&server);
+    let before = scripts_ran(&server);
     let first_fence = first.fence();
     ok(&server, first.release().await);
     let (_, taken) = within(&server, Duration::from_secs(5), "the waiter", waiting)
@@ -83,7 +61,7 @@ async fn a_release_hands_the_lock_to_a_waiting_task_of_its_client() {
     let second = ok(&server, taken);
     // The release was the only call: the waiter did not try again.
     assert_eq!(
-        script_calls(&server) - before,
+        scripts_ran(&server) - before,
         1,
         "one call from release to the next holder"
     );
@@ -111,7 +89,7 @@ async fn a_release_dropped_midway_still_hands_the_lock_on() {
 
     // The handoff is on its way when the release is dropped: the rest of
     // it still runs, and the waiter is told that it holds the lock.
-    let before = script_calls(&server);
+    let before = scripts_ran(&server);
     let releasing = release_while_paused(&server, first).await;
     releasing.abort();
     assert!(releasing.await.is_err(), "the release was dropped midway");
@@ -122,7 +100,7 @@ async fn a_release_dropped_midway_still_hands_the_lock_on() {
     let second = ok(&server, taken);
     // A waiter not told would give back what it may hold and try again.
     assert_eq!(
-        script_calls(&server) - before,
+        scripts_ran(&server) - before,
         1,
         "handed on: the handoff was the only call"
     );
@@ -282,7 +260,7 @@ async fn a_fair_release_hands_the_lock_to_the_first_in_line() {
     let third = spawn_acquire(fair(&locks));
     tokio::time::sleep(Duration::from_millis(150)).await;
 
-    let before = script_calls(&server);
+    let before = scripts_ran(&server);
     let first_fence = first.fence();
     ok(&server, first.release().await);
     let (_, taken) = within(&server, Duration::from_secs(5), "the second", second)
@@ -296,7 +274,7 @@ async fn a_fair_release_hands_the_lock_to_the_first_in_line() {
         .unwrap();
     let third = ok(&server, taken);
     // Each release handed the lock on: no waiter tried again.
-    assert_eq!(script_calls(&server) - before, 2, "one call per turn");
+    assert_eq!(scripts_ran(&server) - before, 2, "one call per turn");
     assert!(third.fence() > first_fence);
     ok(&server, third.release().await);
 }

@@ -218,6 +218,13 @@ pub fn ran(server: &RedisServer, command: &str) -> u64 {
     ))
 }
 
+/// Script calls the server ran since the last `CONFIG RESETSTAT`, by FCALL
+/// or EVALSHA (Redis 6.2, or a server refusing functions), not counting
+/// refusals (see [`ran`]).
+pub fn scripts_ran(server: &RedisServer) -> u64 {
+    ran(server, "fcall") + ran(server, "evalsha")
+}
+
 /// Environment of a holder child process: the server URL and the lock name.
 pub const HOLDER_URL: &str = "LOCK_TEST_HOLDER_URL";
 pub const HOLDER_NAME: &str = "LOCK_TEST_HOLDER_NAME";

@@ -23,13 +23,7 @@ local results = {}
 local k, a = 0, 1 + 2 * m
 for j = 1, m do
   local nk, na = tonumber(ARGV[2 * j]), tonumber(ARGV[2 * j + 1])
-  local keys, args = {}, {}
-  for i = 1, nk do
-    keys[i] = KEYS[k + i]
-  end
-  for i = 1, na do
-    args[i] = ARGV[a + i]
-  end
+  local keys, args = slice(KEYS, k, nk), slice(ARGV, a, na)
   k, a = k + nk, a + na
   local ok, reply = pcall(run, keys, args)
   local message = (not ok) and (type(reply) == 'table' and reply.err or tostring(reply))

@@ -788,6 +788,29 @@ mod tests {
         }
     }
 
+    /// Every script declared here is in [`SCRIPTS`], the library's list: a
+    /// script left out would be no function of the library, and each of its
+    /// calls would miss, load the library, miss again and run by EVALSHA.
+    #[test]
+    fn every_script_is_a_function_of_the_library() {
+        let declared = include_str!("mod.rs")
+            .lines()
+            .filter(|line| line.starts_with("static ") && line.contains(": LazyLock<ScriptPair>"))
+            .count();
+        assert_eq!(declared, SCRIPTS.len());
+        let mut stems: Vec<&str> = SCRIPTS.iter().map(|script| script.stem()).collect();
+        stems.sort_unstable();
+        stems.dedup();
+        assert_eq!(stems.len(), SCRIPTS.len(), "a script is listed twice");
+        let library = &Library::get(false).text;
+        for stem in stems {
+            assert!(
+                library.contains(&format!("register('{stem}', run, batch,")),
+                "{stem}"
+            );
+        }
+    }
+
     /// A call's command is byte for byte the one redis-rs's
     /// `ScriptInvocation` sends for the same script, keys and arguments.
     #[test]

@@ -42,6 +42,22 @@ local function keep_for(key, ttl)
 end
 
 
+-- The `count` elements of `list` after its first `from`, as a list of their
+-- own (a call's keys and arguments in a batch, see batch.lua). `unpack`
+-- builds it in C, at a fraction of a Lua loop's cost per element, but
+-- returns at most a few thousand values (Lua's C stack): a longer part (a
+-- call taking hundreds of locks at once) is copied by the loop.
+local function slice(list, from, count)
+  if count <= 256 then
+    return {unpack(list, from + 1, from + count)}
+  end
+  local part = {}
+  for i = 1, count do
+    part[i] = list[from + i]
+  end
+  return part
+end
+
 -- The mark that retires `owner` from the lock or leased set `key`: an
 -- acquisition whose answer was lost is given back under an owner id its
 -- caller never uses again, and the give-back leaves this mark (release.lua,
