@@ -20,7 +20,8 @@
 -- waiter's place runs out, or, quarantined 1, how long the restart
 -- quarantine keeps the lock closed.
 local now = now_ms()
-local owner = redis.call('HGET', KEYS[1], 'owner')
+local held = redis.call('HMGET', KEYS[1], 'owner', 'fair')
+local owner = held[1]
 local how = ARGV[5]
 if owner == ARGV[1] then
   local count = redis.call('HINCRBY', KEYS[1], 'count', 1)
@@ -81,9 +82,9 @@ if closed then
   ttl = closed
 elseif owner then
   ttl = redis.call('PTTL', KEYS[1])
-  if ARGV[4] == '1' then
+  if ARGV[4] == '1' and not held[2] then
     -- Held by a plain (not fair) holder, whose release announces itself
-    -- only when marked (release.lua).
+    -- only when marked (release.lua); a fair holder's always does.
     redis.call('HSET', KEYS[1], 'w', 1)
   end
 elseif readers > 0 then
@@ -93,9 +94,8 @@ else
   ttl = tonumber(redis.call('ZSCORE', KEYS[4], first) or now) - now
 end
 if ARGV[4] == '1' then
-  if not redis.call('ZSCORE', KEYS[3], ARGV[1]) then
-    redis.call('ZADD', KEYS[3], arrival(), ARGV[1])
-  end
+  -- A waiter already in line keeps its place (NX).
+  redis.call('ZADD', KEYS[3], 'NX', arrival(), ARGV[1])
   local stay = tonumber(ARGV[3])
   redis.call('ZADD', KEYS[4], now + stay, ARGV[1])
   keep_for(KEYS[3], stay)
