@@ -140,7 +140,9 @@ struct Waiter {
 /// 54 000 to 57 000 pairs/s with two, on the 2-core machine of
 /// BENCHMARKS.md (when the bound counted calls gone alone in the sender's
 /// too; under that load the sender runs throughout, and calls rarely go
-/// alone).
+/// alone). Four made the batches smaller and the scenario slower (49 000
+/// to 51 000 pairs/s against 55 000 to 56 000 with two, same run): each
+/// script call costs Redis more than a call within a batch.
 const IN_FLIGHT: u8 = 2;
 
 /// The most calls one script call carries: a batch runs on Redis's one
