@@ -45,8 +45,8 @@
 local n = #KEYS / 5
 local q = quarantine_at(ARGV, 5)
 -- The common call, straight: one lock taken afresh that has none of its
--- keys (free, never had readers, no writer waiting, its owner id not
--- retired). It makes the calls the loop below would make for it, without
+-- keys (free, never had readers, no writer or readers waiting, its owner
+-- id not retired). It makes the calls the loop below would make for it, without
 -- the loop's helpers and tables, which Redis pays on its one thread at
 -- every call. Any other call goes on below, told what EXISTS said.
 local first_untouched = nil

@@ -22,7 +22,9 @@ end
 -- A waiter's time of arrival in a line of fair waiters (us): the clock
 -- (see now_us), kept apart, in the order they come, for the waiters that
 -- arrive in one script call (a batch), whom it would otherwise tie (ties
--- in a sorted set go by name, not by arrival).
+-- in a sorted set go by name, not by arrival). A waiter already in line
+-- keeps its first arrival (fair_acquire.lua adds it with NX): one drawn
+-- for it anyway only puts later ones a microsecond further back.
 local arrived = 0
 local function arrival()
   arrived = math.max(now_us(), arrived + 1)
@@ -41,22 +43,6 @@ local function keep_for(key, ttl)
   end
 end
 
-
--- The `count` elements of `list` after its first `from`, as a list of their
--- own (a call's keys and arguments in a batch, see batch.lua). `unpack`
--- builds it in C, at a fraction of a Lua loop's cost per element, but
--- returns at most a few thousand values (Lua's C stack): a longer part (a
--- call taking hundreds of locks at once) is copied by the loop.
-local function slice(list, from, count)
-  if count <= 256 then
-    return {unpack(list, from + 1, from + count)}
-  end
-  local part = {}
-  for i = 1, count do
-    part[i] = list[from + i]
-  end
-  return part
-end
 
 -- The mark that retires `owner` from the lock or leased set `key`: an
 -- acquisition whose answer was lost is given back under an owner id its
