@@ -170,9 +170,15 @@ async fn fair_waiters_are_shown_in_line() {
     )
     .await;
     let second = common::spawn_acquire(waiting.fair_lock("printer").wait(Duration::from_secs(20)));
-    let info = eventually(&server, &locks, "printer", "two waiters in line", |info| {
-        info.waiters.queued.len() == 2
-    })
+    // A waiter subscribes once its first attempt put it in line: the
+    // subscription may come a little after its place.
+    let info = eventually(
+        &server,
+        &locks,
+        "printer",
+        "two waiters in line, their client subscribed",
+        |info| info.waiters.queued.len() == 2 && info.waiters.subscribers > 0,
+    )
     .await;
     assert_eq!(info.kind, LockKind::Fair);
     assert_eq!(info.holders[0].fence, held.fence());
