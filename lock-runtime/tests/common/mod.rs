@@ -193,7 +193,38 @@ pub fn ok<T>(server: &RedisServer, result: Result<T, LockError>) -> T {
 /// One field (`calls`, `failed_calls`, ...) of `command`'s line in the
 /// server's `INFO commandstats` (0 without one).
 pub fn command_stat(server: &RedisServer, command: &str, name: &str) -> u64 {
-    let stats = server.cli(&["INFO", "commandstats"]);
+    stat_in(&command_stats(server), command, name)
+}
+
+/// How many times the server ran `command` since the last `CONFIG
+/// RESETSTAT`, not counting refusals: rejected before running (counted
+/// apart), or failed (the NOSCRIPT, or the function not found, that makes
+/// the client load a script or the library on first use).
+pub fn ran(server: &RedisServer, command: &str) -> u64 {
+    ran_in(&command_stats(server), command)
+}
+
+/// Script calls the server ran since the last `CONFIG RESETSTAT`, by FCALL
+/// or EVALSHA (Redis 6.2, or a server refusing functions), not counting
+/// refusals (see [`ran`]).
+pub fn scripts_ran(server: &RedisServer) -> u64 {
+    let stats = command_stats(server);
+    ran_in(&stats, "fcall") + ran_in(&stats, "evalsha")
+}
+
+/// The server's `INFO commandstats`, read once for every figure taken
+/// from it: one moment's counts (and one INFO, which it counts too).
+fn command_stats(server: &RedisServer) -> String {
+    server.cli(&["INFO", "commandstats"])
+}
+
+/// `command`'s calls in `stats` less its failed ones (see [`ran`]).
+fn ran_in(stats: &str, command: &str) -> u64 {
+    stat_in(stats, command, "calls").saturating_sub(stat_in(stats, command, "failed_calls"))
+}
+
+/// One field of `command`'s line in `stats` (0 without one).
+fn stat_in(stats: &str, command: &str, name: &str) -> u64 {
     let prefix = format!("cmdstat_{command}:");
     stats
         .lines()
@@ -204,25 +235,6 @@ pub fn command_stat(server: &RedisServer, command: &str, name: &str) -> u64 {
                 .find_map(|field| field.strip_prefix(name)?.strip_prefix('='))
         })
         .map_or(0, |n| n.parse().expect("a number"))
-}
-
-/// How many times the server ran `command` since the last `CONFIG
-/// RESETSTAT`, not counting refusals: rejected before running (counted
-/// apart), or failed (the NOSCRIPT, or the function not found, that makes
-/// the client load a script or the library on first use).
-pub fn ran(server: &RedisServer, command: &str) -> u64 {
-    command_stat(server, command, "calls").saturating_sub(command_stat(
-        server,
-        command,
-        "failed_calls",
-    ))
-}
-
-/// Script calls the server ran since the last `CONFIG RESETSTAT`, by FCALL
-/// or EVALSHA (Redis 6.2, or a server refusing functions), not counting
-/// refusals (see [`ran`]).
-pub fn scripts_ran(server: &RedisServer) -> u64 {
-    ran(server, "fcall") + ran(server, "evalsha")
 }
 
 /// Environment of a holder child process: the server URL and the lock name.
