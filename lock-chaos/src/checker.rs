@@ -995,8 +995,36 @@ fn conflicts(a: Role, b: Role) -> bool {
 
 /// An earlier section whose interval may still be open: it, the end of its
 /// unwarned interval, the end ignoring the frozen-holder and removal
-/// exceptions, and whether a removal ended its unwarned interval.
-type Open<'a> = (&'a Section, i64, i64, bool);
+/// exceptions, and the removal that ended its unwarned interval (its `at`),
+/// if one did.
+type Open<'a> = (&'a Section, i64, i64, Option<i64>);
+
+/// Whether the unwarned interval of the open section `first` had ended for
+/// `later`, granted at `at`: by the clock, or because the removal that cut
+/// it came before `later`'s grant in Redis. The cut is placed at the
+/// removal's `at`, when the command that removed the lock returned to the
+/// orchestrator, which may be milliseconds after Redis ran it; a grant in
+/// that gap came after the removal all the same, and its token, drawn in
+/// the granting script, says so where the removal's place among the tokens
+/// is known ([`RemovalTokens`]).
+fn ended_before(
+    history: &History,
+    &(first, first_end, _, cut): &Open<'_>,
+    later: &Section,
+) -> bool {
+    first_end <= later.acquired
+        || cut.is_some_and(|at| granted_after_removal(history, first.key, at, later.token))
+}
+
+/// Whether the grant of `token` on `key` came after the removal at `at`,
+/// by the tokens (unknown: not).
+fn granted_after_removal(history: &History, key: u32, at: i64, token: u64) -> bool {
+    history
+        .removal_tokens
+        .iter()
+        .find(|t| t.key == key && t.at == at)
+        .is_some_and(|order| token > order.after || order.holding.contains(&token))
+}
 
 /// Per section (holder and key) whose lock was removed from Redis while it
 /// held it (granted before the removal: see [`removed_before`]): when, if
@@ -1152,18 +1180,19 @@ fn overlaps(
                     last_fault: last_fault(&history.faults, at),
                     holders,
                 };
-                for &(first, first_end, first_raw, removed) in &open {
+                for open_section in &open {
+                    let &(first, first_end, first_raw, cut) = open_section;
                     if !conflicts(first.role, later.role) {
                         continue;
                     }
-                    if first_end > at {
+                    if !ended_before(history, open_section, later) {
                         figures.unwarned_overlaps.push(overlap(first, first_end, 2));
                     } else if first_raw > at {
                         let apart = Overlap {
                             overlap_us: first_raw.min(later_end) - at,
                             ..overlap(first, first_raw, 2)
                         };
-                        if removed {
+                        if cut.is_some() {
                             figures.removed_overlaps.push(apart);
                         } else {
                             figures.frozen_overlaps.push(apart);
@@ -1171,11 +1200,11 @@ fn overlaps(
                     }
                 }
                 if later.role == Role::Permit {
-                    permit_overlaps(history, &open, (at, later_end), figures, overlap);
+                    permit_overlaps(history, &open, (later, later_end), figures, overlap);
                 }
             }
             let raw = later.raw_end().max(claim);
-            open.push((later, later_end, raw, cut.is_some_and(|cut| cut < claim)));
+            open.push((later, later_end, raw, cut.filter(|&cut| cut < claim)));
         }
     }
 }
@@ -1186,14 +1215,16 @@ fn overlaps(
 fn permit_overlaps(
     history: &History,
     open: &[Open<'_>],
-    (at, later_end): (i64, i64),
+    (later, later_end): (&Section, i64),
     figures: &mut Figures,
     overlap: impl Fn(&Section, i64, usize) -> Overlap,
 ) {
+    let at = later.acquired;
     let permits = history.permits.max(1) as usize;
     let others: Vec<&Open<'_>> = open.iter().filter(|o| o.0.role == Role::Permit).collect();
-    let removed = others.iter().any(|o| o.3 && o.1 <= at);
-    let unwarned: Vec<&&Open<'_>> = others.iter().filter(|o| o.1 > at).collect();
+    let ended = |o: &Open<'_>| ended_before(history, o, later);
+    let removed = others.iter().any(|&o| o.3.is_some() && ended(o));
+    let unwarned: Vec<&&Open<'_>> = others.iter().filter(|&&o| !ended(o)).collect();
     if unwarned.len() + 1 > permits {
         let first = unwarned[0];
         let end = unwarned.iter().map(|o| o.1).min().unwrap_or(first.1);
@@ -1618,6 +1649,43 @@ mod tests {
         let figures = analyze(&removed(sections, Some((10, 10, vec![], 50_000))));
         assert_eq!(figures.unwarned_overlaps.len(), 1, "{figures:?}");
         assert_eq!(figures.unwarned_overlaps[0].holders, 3);
+    }
+
+    #[test]
+    fn a_grant_after_a_removal_answered_before_its_command_returned_is_the_removals() {
+        // w1 holds k0 (token 10). The DEL reads the counter at 10 and
+        // returns to the orchestrator at 50 ms; w2 is granted k0 in between
+        // (token 11, answered at 49 ms). w1 is told at its next renewal.
+        let sections = || {
+            vec![
+                told(held(1, Role::Exclusive, 10, 0, 300_000), 200_000),
+                held(2, Role::Exclusive, 11, 49_000, 80_000),
+            ]
+        };
+        let figures = analyze(&removed(sections(), Some((10, 10, vec![], 50_000))));
+        assert!(figures.is_safe(), "{figures:?}");
+        assert_eq!(figures.removed_overlaps.len(), 1, "{figures:?}");
+        assert_eq!(figures.removed_held, 1);
+        // Without the tokens, w2's grant came before the DEL's reply: it
+        // counts against w1's interval.
+        let figures = analyze(&removed(sections(), None));
+        assert_eq!(figures.unwarned_overlaps.len(), 1, "{figures:?}");
+        assert_eq!(figures.unwarned_overlaps[0].second.worker, 2);
+
+        // A semaphore of 2 permits: w1 and w3 hold them (tokens 9 and 10);
+        // the DEL removes both, then w2 and w4 take them (11 and 12), all
+        // answered before the DEL returned.
+        let sections = vec![
+            told(held(3, Role::Permit, 9, 0, 300_000), 200_000),
+            told(held(1, Role::Permit, 10, 1_000, 300_000), 200_000),
+            held(2, Role::Permit, 11, 48_000, 80_000),
+            held(4, Role::Permit, 12, 49_000, 80_000),
+        ];
+        let figures = analyze(&removed(sections.clone(), Some((10, 10, vec![], 50_000))));
+        assert!(figures.is_safe(), "{figures:?}");
+        assert!(!figures.removed_overlaps.is_empty(), "{figures:?}");
+        let figures = analyze(&removed(sections, None));
+        assert!(!figures.unwarned_overlaps.is_empty(), "{figures:?}");
     }
 
     #[test]

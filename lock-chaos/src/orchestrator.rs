@@ -264,10 +264,12 @@ async fn with_redis<T: Send + 'static>(
 
 /// The fencing counters on `node` (name and value), if it answers.
 fn fence_counters(node: &RedisServer) -> Option<BTreeMap<String, i64>> {
-    // Counters only: not their `:born` markers.
+    // Counters only: not their `:born` markers, nor the `:up` marks the
+    // restart check leaves after a save (`fence:up`, `fence:{T}:up`).
     let list = "local out = {} \
                 for _, k in ipairs(redis.call('KEYS', ARGV[1])) do \
-                  if string.sub(k, -5) ~= ':born' and redis.call('TYPE', k)['ok'] == 'string' then \
+                  local tail = string.match(k, ':(%a+)$') \
+                  if tail ~= 'born' and tail ~= 'up' and redis.call('TYPE', k)['ok'] == 'string' then \
                     table.insert(out, k) \
                     table.insert(out, redis.call('GET', k)) \
                   end \
@@ -280,13 +282,17 @@ fn fence_counters(node: &RedisServer) -> Option<BTreeMap<String, i64>> {
     if reply.starts_with("ERR") {
         return None;
     }
+    Some(counters_in(&reply))
+}
+
+/// The counters in `fence_counters`' reply (name and value lines): a value
+/// that is not a number is some other key under the prefix, skipped, so
+/// that it cannot hide every counter.
+fn counters_in(reply: &str) -> BTreeMap<String, i64> {
     let lines: Vec<&str> = reply.lines().collect();
     lines
-        .chunks(2)
-        .map(|pair| match pair {
-            [name, value] => Some(((*name).to_owned(), value.trim().parse().ok()?)),
-            _ => None,
-        })
+        .chunks_exact(2)
+        .filter_map(|pair| Some((pair[0].to_owned(), pair[1].trim().parse().ok()?)))
         .collect()
 }
 
@@ -1227,8 +1233,20 @@ impl Run {
         match removed {
             Ok(true) => {
                 self.removals.push(Removal { key, at, how: kind });
-                self.removal_tokens.extend(tokens);
                 detail += "removed it";
+                // Where the removal stands among the tokens, which the
+                // checker orders grants by (otherwise by the clock).
+                match &tokens {
+                    Some(t) if t.before == t.after => {
+                        detail += &format!(" (fencing counter {})", t.before)
+                    }
+                    Some(t) => {
+                        detail +=
+                            &format!(" (fencing counter {} before, {} after)", t.before, t.after)
+                    }
+                    None => detail += " (fencing counter unread)",
+                }
+                self.removal_tokens.extend(tokens);
             }
             Ok(false) => detail += "found nothing",
             Err(err) => detail += &format!("failed ({err})"),
@@ -2205,7 +2223,18 @@ fn sections(
 
 #[cfg(test)]
 mod tests {
-    use super::key_slot;
+    use super::{counters_in, key_slot};
+
+    #[test]
+    fn a_value_that_is_not_a_counter_hides_no_counter() {
+        let reply =
+            "chaos:fence\n1795825415623644\nchaos:fence:up\n1795825400:2000\nchaos:fence:{k1}\n7\n";
+        let counters = counters_in(reply);
+        assert_eq!(counters.len(), 2, "{counters:?}");
+        assert_eq!(counters["chaos:fence"], 1_795_825_415_623_644);
+        assert_eq!(counters["chaos:fence:{k1}"], 7);
+        assert!(counters_in("").is_empty());
+    }
 
     #[test]
     fn key_slots_are_redis_cluster_slots() {
