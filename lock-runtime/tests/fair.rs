@@ -204,6 +204,52 @@ async fn a_waiter_that_dies_stops_holding_up_the_line() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_that_stopped_holds_up_a_short_lease_for_half_of_it_at_most() {
+    let server = RedisServer::start();
+    let lease = Duration::from_secs(1);
+    let name = unique_key("half");
+    let request = |locks: &LockClient| {
+        locks
+            .fair_lock(name.as_str())
+            .lease(lease)
+            .wait(Duration::from_secs(30))
+    };
+    let holder = client(&server).await;
+    let guard = ok(&server, request(&holder).acquire().await);
+
+    // A waiter of another client gets in line, then stops trying without
+    // leaving (its future is never dropped), as one whose process died.
+    let stopping = client(&server).await;
+    let mut stopped = Box::pin(request(&stopping).acquire());
+    tokio::select! {
+        _ = &mut stopped => panic!("took a held lock"),
+        _ = until_in_line(&server, &name, "1", Duration::from_secs(10)) => {}
+    }
+    std::mem::forget(stopped);
+    let since = Instant::now();
+    let next = client(&server).await;
+    let waiter = {
+        let request = request(&next);
+        tokio::spawn(async move { request.acquire().await })
+    };
+    until_in_line(&server, &name, "2", Duration::from_secs(10)).await;
+    ok(&server, guard.release().await);
+
+    let turn = within(&server, Duration::from_secs(10), "next waiter", waiter)
+        .await
+        .unwrap();
+    ok(&server, ok(&server, turn).release().await);
+    // Its place lapsed half a lease after its last try, and the next one
+    // took the lock at its next try; a stay of 3 s, whatever the lease,
+    // would have kept it from the others for two leases at least.
+    assert!(
+        since.elapsed() < Duration::from_millis(1500),
+        "{:?}",
+        since.elapsed()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_release_names_no_waiter_that_is_gone() {
     use futures_util::StreamExt;
     let server = RedisServer::start();

@@ -894,8 +894,9 @@ impl LockClient {
     /// [`lock`](LockClient::lock), but waiters take it in the order they
     /// arrived, across every client. A release wakes exactly the next
     /// waiter in line. A waiter that gives up (times out, or its future is
-    /// dropped) leaves the line at once; one that dies leaves it within a
-    /// few seconds, without holding up the waiters behind it. Use one kind
+    /// dropped) leaves the line at once; one that dies leaves it within
+    /// half the lease (at least 250 ms, at most 3 s), and the waiters
+    /// behind it go on. Use one kind
     /// of lock per name: a plain `lock` on the same name does not queue.
     ///
     /// ```no_run

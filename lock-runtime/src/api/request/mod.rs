@@ -109,13 +109,34 @@ enum Outcome {
     Abandon(LockError),
 }
 
-/// How long a fair waiter keeps its place in line without trying again; a
-/// waiter that died leaves the line after this long at most.
+/// How long a fair waiter keeps its place in line without trying again, at
+/// most; a waiter that died leaves the line after its stay (see
+/// [`fair_stay`]).
 const FAIR_STAY: Duration = Duration::from_secs(3);
 
-/// How often a fair waiter tries again while nobody names it: to keep its
-/// place in line, and to take the lock if the waiter before it died.
-const FAIR_RETRY: Duration = Duration::from_secs(1);
+/// The shortest stay in line, whatever the lease: a waiter tries again a
+/// third of its stay apart, so a shorter one would cost Redis a call per
+/// waiter more often than a lock's round trips are worth.
+const FAIR_STAY_MIN: Duration = Duration::from_millis(250);
+
+/// How long a fair waiter with this lease keeps its place in line without
+/// trying again: half the lease, from [`FAIR_STAY_MIN`] to [`FAIR_STAY`].
+/// A waiter that died (its process killed) holds up those behind it until
+/// its place lapses, as a holder that died holds the lock until its lease
+/// runs out; tied to the lease, a dead waiter at the head of the line keeps
+/// a free lock from the others for half a lease at most, where a fixed
+/// stay would keep a lock of a short lease for several of its leases.
+fn fair_stay(lease: Duration) -> Duration {
+    (lease / 2).clamp(FAIR_STAY_MIN, FAIR_STAY)
+}
+
+/// How often a fair waiter with this lease tries again while nobody names
+/// it: to keep its place in line (three tries per stay, so one slow or lost
+/// call does not cost it its place), and to take the lock if the waiter
+/// before it died.
+fn fair_retry(lease: Duration) -> Duration {
+    fair_stay(lease) / 3
+}
 
 impl LockRequest {
     /// Marks the request as the write side of a read-write lock, for its
@@ -626,7 +647,7 @@ impl LockRequest {
             mark: deadline
                 .saturating_duration_since(sent)
                 .min(self.lease)
-                .min(FAIR_STAY),
+                .min(fair_stay(self.lease)),
             drift: inner.config.drift_for(self.lease),
         };
         let attempt = Attempt {
@@ -636,7 +657,7 @@ impl LockRequest {
             asking,
             kind: self.kind,
             times,
-            line: (FAIR_STAY, !self.wait.is_zero()),
+            line: (fair_stay(self.lease), !self.wait.is_zero()),
             replicas,
         };
         let taken = match backend.acquire(&attempt).await {
@@ -818,4 +839,22 @@ fn closed_until(inner: &Inner, quarantined: bool, ttl: Option<Duration>) -> Opti
         inner.met_quarantine(until);
     }
     until
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::{fair_retry, fair_stay};
+
+    #[test]
+    fn a_fair_waiter_stays_in_line_for_half_its_lease_within_bounds() {
+        let ms = Duration::from_millis;
+        assert_eq!(fair_stay(ms(30_000)), ms(3_000));
+        assert_eq!(fair_stay(ms(6_000)), ms(3_000));
+        assert_eq!(fair_stay(ms(1_000)), ms(500));
+        assert_eq!(fair_stay(ms(100)), ms(250));
+        assert_eq!(fair_retry(ms(30_000)), ms(1_000));
+        assert_eq!(fair_retry(ms(1_000)), ms(500) / 3);
+    }
 }

@@ -101,7 +101,8 @@ impl Drop for Unsettled<'_> {
 /// What a waiter leaves in Redis while it waits, and takes back if it stops
 /// waiting without the lock (timeout, error, or the caller dropping the
 /// future), so that nobody is held back for a turn nobody takes. A waiter
-/// that dies leaves what lapses by itself within `FAIR_STAY` (and its lease).
+/// that dies leaves what lapses by itself within its stay in line (half its
+/// lease, from 250 ms to 3 s: see `fair_stay`).
 #[derive(Debug, Clone, Copy)]
 pub(super) enum Trace {
     /// The turn-taking marks of a waiting writer or reader (a writer

@@ -23,7 +23,7 @@ use crate::engine::wakeups::Watch;
 use crate::store::scripts::Taken;
 
 use super::traces::{Trace, Unsettled, Waiting};
-use super::{FAIR_RETRY, LockRequest, Outcome, Underway, closed_until};
+use super::{LockRequest, Outcome, Underway, closed_until, fair_retry};
 
 /// First pause before retrying an acquire that failed to reach Redis; it
 /// doubles up to 500 ms.
@@ -80,7 +80,7 @@ pub(super) struct Wait<'a> {
     /// The next attempt is skipped: it waits for its turn instead.
     wait_in_turn: bool,
     /// When this waiter last tried: one that is told to wait on still
-    /// tries at least every `FAIR_RETRY`, which keeps its place in line
+    /// tries at least every `fair_retry` of its lease, which keeps its place in line
     /// (and its marks) from lapsing.
     tried_at: Instant,
     /// Where it offers to be handed the lock while it sleeps, if it may be.
@@ -232,7 +232,7 @@ impl<'a> Wait<'a> {
             wake = wake.min(now + FALLBACK_RETRY);
         }
         if self.fair() {
-            wake = wake.min(now + FAIR_RETRY);
+            wake = wake.min(now + fair_retry(self.request.lease));
         }
         Step::SleepUntil(wake.min(self.deadline))
     }
@@ -296,7 +296,9 @@ impl<'a> Wait<'a> {
             // Handed to another waiter of this client, so still taken: wait
             // on, unless it is time to try (which keeps a fair waiter's
             // place in line).
-            Some(Answer::Passed) => self.wait_in_turn = self.tried_at.elapsed() < FAIR_RETRY,
+            Some(Answer::Passed) => {
+                self.wait_in_turn = self.tried_at.elapsed() < fair_retry(self.request.lease);
+            }
             // Not handed on (still held, or others' turn): try at once.
             Some(Answer::Declined) | None => {}
         }
@@ -422,13 +424,13 @@ mod tests {
             };
             assert_eq!(wait.owner, before, "its place in line is under this id");
             assert_eq!(until, now + RETRY_AFTER_ERROR * 2);
-            // Busy for longer, it tries again within FAIR_RETRY at the
+            // Busy for longer, it tries again within fair_retry at the
             // latest (which keeps its place in line); a handoff that failed
             // does not change its owner id either.
             let Step::SleepUntil(until) = wait.judge(busy(Duration::from_secs(30)), now) else {
                 panic!("busy within the wait");
             };
-            assert_eq!(until, now + FAIR_RETRY);
+            assert_eq!(until, now + fair_retry(wait.request.lease));
             wait.take_answer(Some(Answer::Unknown)).await;
             assert_eq!(wait.owner, before);
         })
