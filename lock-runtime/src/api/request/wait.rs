@@ -85,6 +85,9 @@ pub(super) struct Wait<'a> {
     tried_at: Instant,
     /// Where it offers to be handed the lock while it sleeps, if it may be.
     offers: Option<&'a Offers>,
+    /// A fair waiter's place in line among its client's waiters, which
+    /// orders its offers (see [`Offers::line_place`]).
+    line_place: Option<u64>,
 }
 
 impl<'a> Wait<'a> {
@@ -120,6 +123,11 @@ impl<'a> Wait<'a> {
         let in_line = request
             .waits_in_line()
             .then(|| Waiting::new(request, keys, &owner, Trace::PlaceInLine));
+        let offers = request
+            .takes_handoffs(keys, underway.reentry)
+            .then_some(&inner.offers);
+        // The first attempt put it in line (its answer came just now).
+        let line_place = offers.filter(|_| in_line.is_some()).map(Offers::line_place);
         let mut wait = Wait {
             handed: None,
             in_line,
@@ -141,9 +149,8 @@ impl<'a> Wait<'a> {
             last_error: None,
             wait_in_turn: underway.behind || registered_early,
             tried_at: Instant::now(),
-            offers: request
-                .takes_handoffs(keys, underway.reentry)
-                .then_some(&inner.offers),
+            offers,
+            line_place,
         };
         tokio::select! {
             _ = wait.watch.subscribed() => {}
@@ -249,7 +256,7 @@ impl<'a> Wait<'a> {
         // What a waiter dropped with an answer it never read may hold.
         let give_back = move |owner: Arc<str>| request.give_back_for(keys, owner);
         let mut offered = self.offers.map(|offers| {
-            let lease = (request.lease, self.fair());
+            let lease = (request.lease, self.line_place);
             offers.offer(&keys[0].lock, &self.owner, lease, &give_back)
         });
         let closing = &request.client.inner.closing;
