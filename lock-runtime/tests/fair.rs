@@ -97,6 +97,83 @@ async fn waiters_take_the_lock_in_arrival_order_and_only_the_next_wakes() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_that_comes_while_its_client_holds_the_lock_keeps_arrival_order() {
+    let server = RedisServer::start();
+    let (locks, other) = (client(&server).await, client(&server).await);
+    let name = unique_key("joining");
+    let fair = |locks: &LockClient| locks.fair_lock(name.as_str()).wait(Duration::from_secs(10));
+    let held = ok(&server, fair(&locks).acquire().await);
+    let order = Arc::new(Mutex::new(Vec::new()));
+    let turn = |locks: &LockClient, who: &'static str| {
+        let (request, order) = (fair(locks), order.clone());
+        tokio::spawn(async move {
+            let guard = request.acquire().await?;
+            order.lock().unwrap().push(who);
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            guard.release().await
+        })
+    };
+    // A waiter of this client gets in line, then one of another client.
+    // The third comes to this client, which holds the lock and has a
+    // waiter: it gets in line with the holder's release, or by itself
+    // soon after, behind the other client's waiter either way.
+    let first = turn(&locks, "first");
+    until_in_line(&server, &name, "1", Duration::from_secs(10)).await;
+    let second = turn(&other, "second");
+    until_in_line(&server, &name, "2", Duration::from_secs(10)).await;
+    let third = turn(&locks, "third");
+    ok(&server, held.release().await);
+    within(&server, Duration::from_secs(10), "every turn", async {
+        for waiter in [first, second, third] {
+            ok(&server, waiter.await.unwrap());
+        }
+    })
+    .await;
+    assert_eq!(*order.lock().unwrap(), ["first", "second", "third"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tasks_of_one_client_taking_turns_make_about_one_script_call_per_turn() {
+    const TASKS: usize = 8;
+    const TURNS: usize = 40;
+    let server = RedisServer::start();
+    let locks = client(&server).await;
+    let name = unique_key("turns");
+    let before = server.script_calls();
+    let tasks: Vec<_> = (0..TASKS)
+        .map(|_| {
+            let (locks, name) = (locks.clone(), name.clone());
+            tokio::spawn(async move {
+                for _ in 0..TURNS {
+                    let turn = locks
+                        .fair_lock(name.as_str())
+                        .wait(Duration::from_secs(30))
+                        .acquire()
+                        .await?;
+                    tokio::task::yield_now().await;
+                    turn.release().await?;
+                }
+                Ok::<_, LockError>(())
+            })
+        })
+        .collect();
+    within(&server, Duration::from_secs(60), "every turn", async {
+        for task in tasks {
+            ok(&server, task.await.unwrap());
+        }
+    })
+    .await;
+    let (calls, turns) = (server.script_calls() - before, (TASKS * TURNS) as u64);
+    // A task that comes back for the lock while others of its client wait
+    // gets in line with the next release, which hands the lock on (one
+    // call per turn); by its own attempt, each turn would cost two.
+    assert!(
+        calls * 10 <= turns * 15,
+        "{calls} script calls for {turns} turns"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_waiter_that_gives_up_leaves_the_line_at_once() {
     let server = RedisServer::start();
     let locks = client(&server).await;

@@ -676,6 +676,7 @@ async fn hand_on(
             owner: &offer.owner,
             lease: offer.lease,
             fair: offer.fair,
+            joining: offer.joining,
         })
         .collect();
     let mut outcome = inner

@@ -37,6 +37,10 @@ use tokio::time::Instant;
 /// fair lock made about 5 % fewer acquisitions a second than with 2).
 const MOST_TAKEN: usize = 3;
 
+/// The most offers of fair waiters not in line yet one release takes, to
+/// put them in line (see [`Offers::offer`]).
+const MOST_JOINING: usize = 8;
+
 /// The answer to an offer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Answer {
@@ -53,6 +57,10 @@ pub(crate) enum Answer {
     /// The handoff failed or was dropped while under way: the lock may or
     /// may not be the waiter's.
     Unknown,
+    /// A fair waiter that was not in line yet: the handoff put it in line,
+    /// and did not hand it the lock (another's turn, or still held). It
+    /// waits on, as one whose attempt put it in line.
+    InLine,
 }
 
 /// Offers to take locks, by lock key, in the order they were made.
@@ -82,6 +90,12 @@ pub(crate) struct Offer {
     /// Where it goes in its lock's queue: a fair waiter's place in line
     /// among this client's waiters, a plain one's the offer's own number.
     order: u64,
+    /// A fair waiter not in line yet, which the handoff puts in line, to
+    /// stay this long without trying again.
+    pub(crate) joining: Option<Duration>,
+    /// Put in line by a handoff that handed the lock to another: told to
+    /// its waiter when it withdraws the offer.
+    lined: bool,
     /// Dropped unanswered, it answers [`Answer::Unknown`].
     answer: oneshot::Sender<Answer>,
 }
@@ -122,11 +136,16 @@ impl Offers {
     /// unread answer that says the lock may be `owner`'s. A plain offer
     /// goes after every other; a fair one by its place in line, so that a
     /// waiter that tried again (and offered anew) keeps its turn.
+    ///
+    /// A fair waiter that is not in line yet (`joining`, with its stay in
+    /// line) asks the release to put it in line first: a waiter that comes
+    /// while a task of its client holds the lock gets in line with that
+    /// task's release, in the same call, instead of a call of its own.
     pub(crate) fn offer<'a>(
         &'a self,
         key: &str,
         owner: &Arc<str>,
-        (lease, line): (Duration, Option<u64>),
+        (lease, line, joining): (Duration, Option<u64>, Option<Duration>),
         give_back: GiveBack<'a>,
     ) -> Offered<'a> {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
@@ -138,15 +157,12 @@ impl Offers {
             lease,
             fair: line.is_some(),
             order,
+            joining: joining.filter(|_| line.is_some()),
+            lined: false,
             answer,
         };
         let mut places = self.places();
-        let queue = places.open.entry(key.to_owned()).or_default();
-        let at = queue
-            .iter()
-            .rposition(|other| other.order <= order)
-            .map_or(0, |i| i + 1);
-        queue.insert(at, offer);
+        insert_in_order(places.open.entry(key.to_owned()).or_default(), offer);
         Offered {
             offers: self,
             key: key.to_owned(),
@@ -158,21 +174,40 @@ impl Offers {
     }
 
     /// Takes the open offers for the lock `key` that a release of a fair
-    /// lock (`fair`) or a plain one may hand it to, in the order they were
-    /// made: of fair waiters, at most [`MOST_TAKEN`] (the first in line is
-    /// among them, or the lock is not handed on); of plain ones, the first.
-    /// Each must be [`settle`](Self::settle)d.
+    /// lock (`fair`) or a plain one may hand it to, in their order: of fair
+    /// waiters in line, at most [`MOST_TAKEN`] (the first in line is among
+    /// them, or the lock is not handed on), and of those not in line yet,
+    /// at most [`MOST_JOINING`]; of plain ones, the first. Each must be
+    /// [`settle`](Self::settle)d.
     pub(crate) fn take(&self, key: &str, fair: bool) -> Vec<Offer> {
-        let most = if fair { MOST_TAKEN } else { 1 };
+        let (most, most_joining) = if fair {
+            (MOST_TAKEN, MOST_JOINING)
+        } else {
+            (1, 0)
+        };
         let mut places = self.places();
         let Some(queue) = places.open.get_mut(key) else {
             return Vec::new();
         };
         let mut taken = Vec::new();
+        let (mut lined, mut joining) = (0, 0);
         let mut i = 0;
-        while i < queue.len() && taken.len() < most {
-            if queue[i].fair == fair {
-                taken.extend(queue.remove(i));
+        while i < queue.len() && (lined < most || joining < most_joining) {
+            let offer = &queue[i];
+            let take = offer.fair == fair
+                && if offer.joining.is_some() {
+                    joining < most_joining
+                } else {
+                    lined < most
+                };
+            if take {
+                let offer = queue.remove(i).expect("in the queue");
+                *if offer.joining.is_some() {
+                    &mut joining
+                } else {
+                    &mut lined
+                } += 1;
+                taken.push(offer);
             } else {
                 i += 1;
             }
@@ -190,8 +225,10 @@ impl Offers {
     /// outcome is known: `answer` for each offer's index. Offers answered
     /// [`Passed`](Answer::Passed) or [`Declined`](Answer::Declined) go back
     /// to the front of the queue unanswered, unless their waiter asked for
-    /// its answer or is gone. Returns the owner ids of the waiters that are
-    /// gone although the lock may be theirs, to give it back for them.
+    /// its answer or is gone; those of waiters the handoff put in line go
+    /// back in line ([`InLine`](Answer::InLine)). Returns the owner ids of
+    /// the waiters that are gone although the lock may be theirs, or their
+    /// place in line that the handoff made, to give it back for them.
     pub(crate) fn settle(
         &self,
         key: &str,
@@ -201,9 +238,13 @@ impl Offers {
         let mut gone = Vec::new();
         let mut back = Vec::new();
         let mut places = self.places();
-        for (i, offer) in taken.into_iter().enumerate() {
+        for (i, mut offer) in taken.into_iter().enumerate() {
             let wants = places.taken.remove(&offer.id).unwrap_or(true);
-            match answer(i) {
+            let answer = match answer(i) {
+                Answer::Passed | Answer::Declined if offer.joining.is_some() => Answer::InLine,
+                answer => answer,
+            };
+            match answer {
                 answer @ (Answer::Handed { .. } | Answer::Unknown) => {
                     let owner = offer.owner.clone();
                     if offer.answer.send(answer).is_err() {
@@ -211,40 +252,58 @@ impl Offers {
                     }
                 }
                 answer if wants => {
-                    let _ = offer.answer.send(answer);
+                    let owner = offer.owner.clone();
+                    if offer.answer.send(answer).is_err() && answer == Answer::InLine {
+                        gone.push(owner);
+                    }
                 }
+                Answer::InLine if offer.answer.is_closed() => gone.push(offer.owner.clone()),
                 _ if offer.answer.is_closed() => {}
+                Answer::InLine => {
+                    offer.joining = None;
+                    offer.lined = true;
+                    back.push(offer);
+                }
                 _ => back.push(offer),
             }
         }
         if !back.is_empty() {
             let queue = places.open.entry(key.to_owned()).or_default();
-            for offer in back.into_iter().rev() {
-                queue.push_front(offer);
+            for offer in back {
+                insert_in_order(queue, offer);
             }
         }
         gone
     }
 
-    /// Takes offer `id` out of the queue: `true` when it was open. A taken
-    /// one is marked as wanting its answer.
-    fn withdraw(&self, key: &str, id: u64) -> bool {
+    /// Takes offer `id` out of the queue: whether a handoff put its waiter
+    /// in line meanwhile, when it was open; `None` when it is taken (marked
+    /// as wanting its answer) or answered already.
+    fn withdraw(&self, key: &str, id: u64) -> Option<bool> {
         let mut places = self.places();
         if let Some(wants) = places.taken.get_mut(&id) {
             *wants = true;
-            return false;
+            return None;
         }
-        let Some(queue) = places.open.get_mut(key) else {
-            return false;
-        };
-        let before = queue.len();
-        queue.retain(|offer| offer.id != id);
-        let removed = queue.len() < before;
+        let queue = places.open.get_mut(key)?;
+        let at = queue.iter().position(|offer| offer.id == id)?;
+        let lined = queue.remove(at).is_some_and(|offer| offer.lined);
         if queue.is_empty() {
             places.open.remove(key);
         }
-        removed
+        Some(lined)
     }
+}
+
+/// Puts `offer` in `queue` by its order, after the offers of the same order:
+/// an offer taken and given back goes back to its place (the front, for
+/// the first ones), and a fair waiter's new offer to its place in line.
+fn insert_in_order(queue: &mut VecDeque<Offer>, offer: Offer) {
+    let at = queue
+        .iter()
+        .rposition(|other| other.order <= offer.order)
+        .map_or(0, |i| i + 1);
+    queue.insert(at, offer);
 }
 
 impl Offered<'_> {
@@ -253,13 +312,15 @@ impl Offered<'_> {
         (&mut self.answer).await.unwrap_or(Answer::Unknown)
     }
 
-    /// Withdraws the offer: `None` when it was open (no answer will come),
-    /// or the answer of the releaser that took it.
+    /// Withdraws the offer: `None` when it was open (no answer will come;
+    /// [`InLine`](Answer::InLine) when a handoff put its waiter in line
+    /// meanwhile), or the answer of the releaser that took it (awaited,
+    /// when it has not come yet).
     pub(crate) async fn withdraw(mut self) -> Option<Answer> {
-        if self.offers.withdraw(&self.key, self.id) {
-            None
-        } else {
-            Some(self.answered().await)
+        match self.offers.withdraw(&self.key, self.id) {
+            Some(false) => None,
+            Some(true) => Some(Answer::InLine),
+            None => Some(self.answered().await),
         }
     }
 }
@@ -301,7 +362,7 @@ mod tests {
         let given_back = Mutex::new(Vec::new());
         let record = |owner: Arc<str>| given_back.lock().unwrap().push(owner);
         let lease = Duration::from_secs(1);
-        let offered = offers.offer("k", &owner("a"), (lease, None), &record);
+        let offered = offers.offer("k", &owner("a"), (lease, None, None), &record);
         let taken = offers.take("k", false);
         let sent = Instant::now();
         let gone = offers.settle("k", taken, |_| Answer::Handed { fence: 1, sent });
@@ -309,7 +370,7 @@ mod tests {
         drop(offered);
         assert_eq!(*given_back.lock().unwrap(), [owner("a")]);
         // Read, it is the waiter's to hold: nothing is given back.
-        let mut offered = offers.offer("k", &owner("b"), (lease, None), &record);
+        let mut offered = offers.offer("k", &owner("b"), (lease, None, None), &record);
         let taken = offers.take("k", false);
         offers.settle("k", taken, |_| Answer::Handed { fence: 2, sent });
         assert_eq!(offered.answered().await, Answer::Handed { fence: 2, sent });
@@ -322,9 +383,9 @@ mod tests {
         let offers = Offers::default();
         let lease = Duration::from_secs(1);
         let (a, b) = (offers.line_place(), offers.line_place());
-        let mut first = offers.offer("k", &owner("a"), (lease, Some(a)), &NOTHING);
-        let plain = offers.offer("k", &owner("p"), (lease, None), &NOTHING);
-        let second = offers.offer("k", &owner("b"), (lease, Some(b)), &NOTHING);
+        let mut first = offers.offer("k", &owner("a"), (lease, Some(a), None), &NOTHING);
+        let plain = offers.offer("k", &owner("p"), (lease, None, None), &NOTHING);
+        let second = offers.offer("k", &owner("b"), (lease, Some(b), None), &NOTHING);
         // A fair lock's release takes the fair offers; a plain one's, the
         // first plain offer.
         let taken = offers.take("k", true);
@@ -360,7 +421,7 @@ mod tests {
         let mut offered: Vec<_> = [4, 2, 0, 3, 1]
             .into_iter()
             .map(|i| {
-                let offer = (lease, Some(places[i]));
+                let offer = (lease, Some(places[i]), None);
                 (i, offers.offer("k", &owner(names[i]), offer, &NOTHING))
             })
             .collect();
@@ -368,7 +429,7 @@ mod tests {
         let at = offered.iter().position(|(i, _)| *i == 0).unwrap();
         let (_, first) = offered.remove(at);
         assert_eq!(first.withdraw().await, None);
-        let _first = offers.offer("k", &owner("a"), (lease, Some(places[0])), &NOTHING);
+        let _first = offers.offer("k", &owner("a"), (lease, Some(places[0]), None), &NOTHING);
         let taken = offers.take("k", true);
         let taken_names: Vec<_> = taken.iter().map(|o| &*o.owner).collect();
         assert_eq!(taken_names, ["a", "b", "c"]);
@@ -381,10 +442,80 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_waiter_not_in_line_yet_is_put_in_line_by_the_handoff() {
+        let offers = Offers::default();
+        let (lease, stay) = (Duration::from_secs(1), Some(Duration::from_millis(500)));
+        let places: Vec<u64> = (0..5).map(|_| offers.line_place()).collect();
+        let offer = |i: usize, joining| {
+            let name = ["a", "b", "c", "d", "e"][i];
+            offers.offer(
+                "k",
+                &owner(name),
+                (lease, Some(places[i]), joining),
+                &NOTHING,
+            )
+        };
+        // Four in line, then one that is not yet.
+        let lined: Vec<_> = (0..4).map(|i| offer(i, None)).collect();
+        let joining = offer(4, stay);
+        let taken = offers.take("k", true);
+        let joins: Vec<_> = taken.iter().map(|o| (&*o.owner, o.joining)).collect();
+        assert_eq!(
+            joins,
+            [("a", None), ("b", None), ("c", None), ("e", stay)],
+            "the first three in line, and the one to put in line"
+        );
+        // The lock went to the first. The others go back to their places:
+        // the one put in line after the fourth, as one in line now.
+        let sent = Instant::now();
+        let handed = |i| match i {
+            0 => Answer::Handed { fence: 1, sent },
+            _ => Answer::Passed,
+        };
+        assert!(offers.settle("k", taken, handed).is_empty());
+        let taken = offers.take("k", true);
+        let names: Vec<_> = taken.iter().map(|o| (&*o.owner, o.joining)).collect();
+        assert_eq!(names, [("b", None), ("c", None), ("d", None)]);
+        assert!(offers.settle("k", taken, |_| Answer::Passed).is_empty());
+        let taken = offers.take("k", true);
+        assert_eq!(taken.len(), 3);
+        assert!(offers.settle("k", taken, |_| Answer::Passed).is_empty());
+        // It is told when it withdraws its offer.
+        assert_eq!(joining.withdraw().await, Some(Answer::InLine));
+        drop(lined);
+
+        // One that stopped waiting after the handoff put it in line is
+        // reported, to take it out of the line.
+        let joining = offer(4, stay);
+        let taken = offers.take("k", true);
+        drop(joining);
+        assert_eq!(
+            offers.settle("k", taken, |_| Answer::Declined),
+            [owner("e")]
+        );
+    }
+
+    #[tokio::test]
+    async fn a_waiter_that_withdraws_an_answered_offer_gets_its_answer() {
+        let offers = Offers::default();
+        let lease = Duration::from_secs(1);
+        let offered = offers.offer("k", &owner("a"), (lease, None, None), &NOTHING);
+        let taken = offers.take("k", false);
+        let sent = Instant::now();
+        offers.settle("k", taken, |_| Answer::Handed { fence: 3, sent });
+        // Answered before it withdrew: the answer is not lost (the lock is
+        // its own, and it would otherwise try again under the same owner).
+        assert_eq!(
+            offered.withdraw().await,
+            Some(Answer::Handed { fence: 3, sent })
+        );
+    }
+
+    #[tokio::test]
     async fn a_waiter_that_withdraws_a_taken_offer_gets_its_answer() {
         let offers = Offers::default();
         let lease = Duration::from_secs(1);
-        let offered = offers.offer("k", &owner("a"), (lease, None), &NOTHING);
+        let offered = offers.offer("k", &owner("a"), (lease, None, None), &NOTHING);
         let taken = offers.take("k", false);
         let (answer, settled) = tokio::join!(offered.withdraw(), async {
             tokio::task::yield_now().await;
@@ -398,17 +529,17 @@ mod tests {
     async fn a_gone_waiter_that_may_hold_the_lock_is_reported() {
         let offers = Offers::default();
         let lease = Duration::from_secs(1);
-        drop(offers.offer("k", &owner("a"), (lease, None), &NOTHING));
+        drop(offers.offer("k", &owner("a"), (lease, None, None), &NOTHING));
         assert!(
             offers.take("k", false).is_empty(),
             "a dropped offer is withdrawn"
         );
-        let offered = offers.offer("k", &owner("a"), (lease, None), &NOTHING);
+        let offered = offers.offer("k", &owner("a"), (lease, None, None), &NOTHING);
         let taken = offers.take("k", false);
         drop(offered);
         let gone = offers.settle("k", taken, |_| Answer::Unknown);
         assert_eq!(gone, [owner("a")]);
-        let offered = offers.offer("k", &owner("b"), (lease, None), &NOTHING);
+        let offered = offers.offer("k", &owner("b"), (lease, None, None), &NOTHING);
         let taken = offers.take("k", false);
         drop(offered);
         assert!(offers.settle("k", taken, |_| Answer::Passed).is_empty());
@@ -417,7 +548,7 @@ mod tests {
             "a gone waiter's offer is dropped"
         );
         // Dropping the taken offers unsettled answers Unknown.
-        let offered = offers.offer("k", &owner("c"), (lease, None), &NOTHING);
+        let offered = offers.offer("k", &owner("c"), (lease, None, None), &NOTHING);
         drop(offers.take("k", false));
         assert_eq!(offered.withdraw().await, Some(Answer::Unknown));
     }

@@ -85,6 +85,9 @@ struct Underway<'a> {
     deadline: Instant,
     /// Queued behind this process's waiters: no first attempt.
     behind: bool,
+    /// A fair waiter that gets in line with a release of its client (see
+    /// `joins_with_release`): no first attempt either.
+    joining: bool,
     /// How long the first attempt found the lock taken for, if it said.
     first_busy: Option<Duration>,
     /// Until when the restart quarantine keeps the locks closed, when the
@@ -137,6 +140,13 @@ fn fair_stay(lease: Duration) -> Duration {
 fn fair_retry(lease: Duration) -> Duration {
     fair_stay(lease) / 3
 }
+
+/// How long a fair waiter that came while others of its client wait waits
+/// for a release of its client to put it in line (see
+/// `joins_with_release`) before it gets in line by itself: its arrival in
+/// the line is later than its call by this much at most (and the time its
+/// attempt takes to reach Redis, as for any waiter).
+const JOIN_WITHIN: Duration = Duration::from_millis(1);
 
 impl LockRequest {
     /// Marks the request as the write side of a read-write lock, for its
@@ -458,7 +468,8 @@ impl LockRequest {
         let marked = self
             .marks_turns()
             .then(|| Waiting::new(self, keys, &owner, Trace::Marks));
-        let behind = self.queues_behind(keys, scoped.is_some());
+        let joining = self.joins_with_release(keys, scoped.is_some());
+        let behind = joining || self.queues_behind(keys, scoped.is_some());
         let early = self.registers_early(keys).then(|| {
             let channel = keys[0].channel();
             inner
@@ -476,6 +487,7 @@ impl LockRequest {
             started,
             deadline,
             behind,
+            joining,
             first_busy: None,
             closed: None,
         }
@@ -545,8 +557,8 @@ impl LockRequest {
                 Step::Done(result) => return result,
                 Step::SleepUntil(until) => until,
             };
-            let answer = wait.sleep(until, released).await?;
-            wait.take_answer(answer).await;
+            let woke = wait.sleep(until, released).await?;
+            wait.take_answer(woke).await;
         }
     }
 

@@ -23,7 +23,7 @@ use crate::engine::wakeups::Watch;
 use crate::store::scripts::Taken;
 
 use super::traces::{Trace, Unsettled, Waiting};
-use super::{LockRequest, Outcome, Underway, closed_until, fair_retry};
+use super::{JOIN_WITHIN, LockRequest, Outcome, Underway, closed_until, fair_retry, fair_stay};
 
 /// First pause before retrying an acquire that failed to reach Redis; it
 /// doubles up to 500 ms.
@@ -39,6 +39,22 @@ pub(super) enum Step {
     Done(Result<LockGuard, LockError>),
     /// It sleeps until then at the latest, and tries again.
     SleepUntil(Instant),
+}
+
+/// How a waiter's sleep ended: the answer to its offer, if one came, and
+/// whether a release woke it.
+pub(super) struct Woke {
+    answer: Option<Answer>,
+    woken: bool,
+}
+
+impl From<Option<Answer>> for Woke {
+    fn from(answer: Option<Answer>) -> Self {
+        Woke {
+            answer,
+            woken: false,
+        }
+    }
 }
 
 /// A waiting acquisition. Fields are dropped in the order they are
@@ -88,6 +104,10 @@ pub(super) struct Wait<'a> {
     /// A fair waiter's place in line among its client's waiters, which
     /// orders its offers (see [`Offers::line_place`]).
     line_place: Option<u64>,
+    /// A fair waiter not in line yet, which a release of its client puts
+    /// in line (see `joins_with_release`) unless it gets in line by itself
+    /// first, after `JOIN_WITHIN`.
+    joining: bool,
 }
 
 impl<'a> Wait<'a> {
@@ -151,6 +171,7 @@ impl<'a> Wait<'a> {
             tried_at: Instant::now(),
             offers,
             line_place,
+            joining: underway.joining && offers.is_some(),
         };
         tokio::select! {
             _ = wait.watch.subscribed() => {}
@@ -170,8 +191,12 @@ impl<'a> Wait<'a> {
         }
         if std::mem::take(&mut self.wait_in_turn) {
             // No holder's lease is known yet, so look again after a while
-            // in any case.
-            let look_again = self.request.lease.min(Duration::from_secs(3)) / 3;
+            // in any case; a waiter not in line yet, soon.
+            let look_again = if self.joining {
+                JOIN_WITHIN
+            } else {
+                self.request.lease.min(Duration::from_secs(3)) / 3
+            };
             return Ok(Outcome::Busy {
                 ttl: Some(
                     self.first_busy
@@ -181,6 +206,8 @@ impl<'a> Wait<'a> {
             });
         }
         self.tried_at = now;
+        // A fair attempt puts the waiter in line, whatever else it does.
+        self.joining = false;
         self.unsettled
             .attempt((&self.owner, &self.asking), self.deadline, self.span)
             .await
@@ -251,17 +278,22 @@ impl<'a> Wait<'a> {
         &self,
         until: Instant,
         released: Pin<&mut Notified<'_>>,
-    ) -> Result<Option<Answer>, LockError> {
+    ) -> Result<Woke, LockError> {
         let (request, keys) = (self.request, self.keys);
         // What a waiter dropped with an answer it never read may hold.
         let give_back = move |owner: Arc<str>| request.give_back_for(keys, owner);
         let mut offered = self.offers.map(|offers| {
-            let lease = (request.lease, self.line_place);
-            offers.offer(&keys[0].lock, &self.owner, lease, &give_back)
+            let joining = self.joining.then(|| fair_stay(request.lease));
+            let asked = (request.lease, self.line_place, joining);
+            offers.offer(&keys[0].lock, &self.owner, asked, &give_back)
         });
         let closing = &request.client.inner.closing;
+        let mut woken = false;
         let answer = tokio::select! {
-            _ = released => None,
+            _ = released => {
+                woken = true;
+                None
+            }
             _ = tokio::time::sleep_until(until) => None,
             answer = answer_to(&mut offered) => Some(answer),
             // Taken back like any withdrawn offer (see `Offered`).
@@ -270,7 +302,7 @@ impl<'a> Wait<'a> {
         // Not answered yet: withdrawn before trying again, or, when a
         // release took it meanwhile, its answer awaited (trying under the
         // same owner id now would count as a re-entry).
-        Ok(match (answer, offered) {
+        let answer = match (answer, offered) {
             (Some(answer), _) => Some(answer),
             // Bounded by the wait: a waiter dropped with its answer unread
             // gives back what it may hold (see `Offered`).
@@ -279,12 +311,13 @@ impl<'a> Wait<'a> {
                 _ = tokio::time::sleep_until(self.deadline) => return Err(self.timeout()),
             },
             (None, None) => None,
-        })
+        };
+        Ok(Woke { answer, woken })
     }
 
     /// Takes what a handoff answered: a grant for the next try, a new
     /// owner id, or a turn to wait.
-    pub(super) async fn take_answer(&mut self, answer: Option<Answer>) {
+    pub(super) async fn take_answer(&mut self, Woke { answer, woken }: Woke) {
         match answer {
             Some(Answer::Handed { fence, sent }) => {
                 let taken = [Taken { fence, count: 1 }];
@@ -305,6 +338,15 @@ impl<'a> Wait<'a> {
             // place in line).
             Some(Answer::Passed) => {
                 self.wait_in_turn = self.tried_at.elapsed() < fair_retry(self.request.lease);
+            }
+            // Put in line by the handoff, which handed the lock to another
+            // or could not hand it on: in line as after an attempt, it
+            // waits for its turn.
+            Some(Answer::InLine) => {
+                self.joining = false;
+                self.tried_at = Instant::now();
+                // Unless a release named it meanwhile: its turn has come.
+                self.wait_in_turn = !woken;
             }
             // Not handed on (still held, or others' turn): try at once.
             Some(Answer::Declined) | None => {}
@@ -438,7 +480,7 @@ mod tests {
                 panic!("busy within the wait");
             };
             assert_eq!(until, now + fair_retry(wait.request.lease));
-            wait.take_answer(Some(Answer::Unknown)).await;
+            wait.take_answer(Some(Answer::Unknown).into()).await;
             assert_eq!(wait.owner, before);
         })
         .await;
@@ -450,11 +492,11 @@ mod tests {
         let request = locks.lock("wait:unknown").wait(Duration::from_secs(60));
         waiting(request, async |wait| {
             let before = wait.owner.clone();
-            wait.take_answer(Some(Answer::Unknown)).await;
+            wait.take_answer(Some(Answer::Unknown).into()).await;
             assert_ne!(wait.owner, before);
             // Passed to another waiter of this client: it waits its turn,
             // and its next try asks nothing of the store.
-            wait.take_answer(Some(Answer::Passed)).await;
+            wait.take_answer(Some(Answer::Passed).into()).await;
             assert!(wait.wait_in_turn);
             let tried_at = wait.tried_at;
             let lease = wait.request.lease;

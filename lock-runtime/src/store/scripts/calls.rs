@@ -290,6 +290,9 @@ pub(crate) struct Next<'a> {
     pub(crate) lease: Duration,
     /// A fair waiter, served in its line's order; otherwise a plain one.
     pub(crate) fair: bool,
+    /// A fair waiter not in line yet, which the call puts in line first,
+    /// to stay there this long without trying again.
+    pub(crate) joining: Option<Duration>,
 }
 
 /// `handoff.lua`: gives back what `owner` holds of `lock` (as [`release`]
@@ -315,7 +318,11 @@ pub(crate) fn handoff(lock: &LockKeys, owner: &str, giving: Giving, offers: &[Ne
         offers.len().to_string(),
     ];
     for next in offers {
-        args.extend([next.owner.to_owned(), millis(next.lease), flag(next.fair)]);
+        let how = match next.joining {
+            Some(stay) => format!("j{}", stay.as_millis()),
+            None => flag(next.fair),
+        };
+        args.extend([next.owner.to_owned(), millis(next.lease), how]);
     }
     Call::new(&HANDOFF, keys, args).quarantined()
 }

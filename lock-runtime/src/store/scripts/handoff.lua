@@ -35,18 +35,37 @@
 -- ARGV[5]      how many handoffs in a row a marked plain lock may make
 -- ARGV[6]      m, the number of offers
 -- ARGV[7..]    per offer: the waiter's owner id, its lease in milliseconds,
---              and "1" for a fair waiter ("0": plain), in the order made
+--              and "0" for a plain waiter, "1" for a fair one in line, or
+--              "j" and a stay in line in ms ("j3000") for a fair one that
+--              gets in line with this call, in the order made
 -- then         the restart quarantine: run id seen, ms, strict (fence.lua)
 --
 -- Returns {left, fence, j}: left as release.lua returns it for the
 -- releaser, and when the lock was handed on, the new holder's fencing token
 -- and its offer's number j (otherwise 0, 0).
-local held = redis.call('HMGET', KEYS[1], 'owner', 'count', 'fair', 'w', 'h', 'from')
 local m = tonumber(ARGV[6])
+-- Offer j: owner id, lease, whether it is fair, and the stay in line of
+-- one that gets in line with this call.
 local function offer(j)
   local at = 7 + 3 * (j - 1)
-  return ARGV[at], ARGV[at + 1], ARGV[at + 2] == '1'
+  local how = ARGV[at + 2]
+  return ARGV[at], ARGV[at + 1], how ~= '0', tonumber(string.match(how, '^j(%d+)$'))
 end
+-- Fair waiters of the releasing client that came while one of its tasks
+-- held the lock get in line first, in their order, as fair_acquire.lua
+-- puts a waiter in line, unless their owner id was retired: then the
+-- release hands the lock to the first in line, which may be one of them.
+-- (Their own first attempt would have cost Redis a call each.)
+for j = 1, m do
+  local owner, _, _, stay = offer(j)
+  if stay and redis.call('EXISTS', gone_key(KEYS[1], owner)) == 0 then
+    redis.call('ZADD', KEYS[3], 'NX', arrival(), owner)
+    redis.call('ZADD', KEYS[4], now_ms() + stay, owner)
+    keep_for(KEYS[3], stay)
+    keep_for(KEYS[4], stay)
+  end
+end
+local held = redis.call('HMGET', KEYS[1], 'owner', 'count', 'fair', 'w', 'h', 'from')
 -- Whether the lock may go to offer j: nobody holds or waits for its read
 -- side, and j's owner id is not retired (a waiter whose handoff answer was
 -- lost gives up its owner id and retires it, see gone_key in prelude.lua;

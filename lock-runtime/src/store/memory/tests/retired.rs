@@ -182,11 +182,13 @@ async fn a_handoff_passes_over_retired_waiters(conn: &mut impl ConnectionLike, s
             owner: "gone",
             lease: LEASE,
             fair: false,
+            joining: None,
         }];
         offers.extend(next.map(|owner| calls::Next {
             owner,
             lease: LEASE,
             fair: false,
+            joining: None,
         }));
         let handoff = calls::handoff(&keys, "holder", Giving::ALL, &offers);
         call(conn, &handoff).await.unwrap();
@@ -202,6 +204,65 @@ async fn a_handoff_passes_over_retired_waiters(conn: &mut impl ConnectionLike, s
 on_both!(
     a_handoff_passes_over_a_retired_waiter,
     a_handoff_passes_over_retired_waiters
+);
+
+/// A release that hands a fair lock on first puts its client's waiters
+/// that are not in line yet in line, in their order, each to stay as long
+/// as it asks; the lock goes to the first in line, here the first of them
+/// (nobody else waits). A retired owner id is not put in line.
+async fn a_handoff_puts_new_waiters_in_line(conn: &mut impl ConnectionLike, server: &str) {
+    let lock = "retired:joining";
+    let keys = keys(lock);
+    let holder = call(conn, &acquire(Kind::Fair, lock, "holder"))
+        .await
+        .unwrap();
+    assert!(granted(&holder), "{server}: {holder:?}");
+    call(conn, &give_back(Kind::Fair, lock, "gone"))
+        .await
+        .unwrap();
+    let stay = Duration::from_millis(1500);
+    let offers = ["gone", "first", "second"].map(|owner| calls::Next {
+        owner,
+        lease: LEASE,
+        fair: true,
+        joining: Some(stay),
+    });
+    let handoff = calls::handoff(&keys, "holder", Giving::ALL, &offers);
+    call(conn, &handoff).await.unwrap();
+    let owner = hget(conn, &keys.lock, "owner").await;
+    assert_eq!(owner.as_deref(), Some("first"), "{server}");
+    let line: Vec<String> = redis::cmd("ZRANGE")
+        .arg(keys.queue())
+        .arg(0)
+        .arg(-1)
+        .query_async(conn)
+        .await
+        .unwrap();
+    assert_eq!(line, ["second"], "{server}: the line after the handoff");
+    let alive: Vec<String> = redis::cmd("ZRANGE")
+        .arg(keys.queue_alive())
+        .arg(0)
+        .arg(-1)
+        .query_async(conn)
+        .await
+        .unwrap();
+    assert_eq!(alive, ["second"], "{server}");
+    for key in [keys.queue(), keys.queue_alive()] {
+        let ttl: i64 = redis::cmd("PTTL")
+            .arg(&key)
+            .query_async(conn)
+            .await
+            .unwrap();
+        assert!(
+            (1..=1500).contains(&ttl),
+            "{server}: {key} lives {ttl} ms, for a stay of 1500 ms"
+        );
+    }
+}
+
+on_both!(
+    a_handoff_puts_a_fair_lock_s_new_waiters_in_line,
+    a_handoff_puts_new_waiters_in_line
 );
 
 /// A late waiting call of a retired owner id is refused before it leaves
