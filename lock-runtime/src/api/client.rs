@@ -896,10 +896,10 @@ impl LockClient {
     /// waiter in line. A waiter that gives up (times out, or its future is
     /// dropped) leaves the line at once; one that dies leaves it within
     /// half the lease (at least 250 ms, at most 3 s), and the waiters
-    /// behind it go on. A waiter's arrival is when it gets in line: within
-    /// about 2 ms of its call when tasks of this client already wait (a
-    /// release of this client puts it in line), at once otherwise. Use one
-    /// kind
+    /// behind it go on. A waiter's arrival is when it gets in line: with
+    /// its first attempt or, when tasks of this client already wait, with
+    /// the next release of this client that takes its offer within about 2
+    /// ms (else with its own attempt then). Use one kind
     /// of lock per name: a plain `lock` on the same name does not queue.
     ///
     /// ```no_run

@@ -58,9 +58,12 @@ pub(crate) enum Answer {
     /// may not be the waiter's.
     Unknown,
     /// A fair waiter that was not in line yet: the handoff put it in line,
-    /// and did not hand it the lock (another's turn, or still held). It
-    /// waits on, as one whose attempt put it in line.
-    InLine,
+    /// and did not hand it the lock. `taken`: it handed the lock to another
+    /// waiter of this client, so the lock is still taken and the waiter
+    /// waits on, as [`Passed`](Answer::Passed); otherwise it tries at once,
+    /// as [`Declined`](Answer::Declined) (the lock may be free: kept past
+    /// its release, the releaser's lease run out, or another's turn).
+    InLine { taken: bool },
 }
 
 /// Offers to take locks, by lock key, in the order they were made.
@@ -93,9 +96,9 @@ pub(crate) struct Offer {
     /// A fair waiter not in line yet, which the handoff puts in line, to
     /// stay this long without trying again.
     pub(crate) joining: Option<Duration>,
-    /// Put in line by a handoff that handed the lock to another: told to
-    /// its waiter when it withdraws the offer.
-    lined: bool,
+    /// Put in line by a handoff that did not hand it the lock: what its
+    /// waiter is told when it withdraws the offer.
+    lined: Option<Answer>,
     /// Dropped unanswered, it answers [`Answer::Unknown`].
     answer: oneshot::Sender<Answer>,
 }
@@ -158,7 +161,7 @@ impl Offers {
             fair: line.is_some(),
             order,
             joining: joining.filter(|_| line.is_some()),
-            lined: false,
+            lined: None,
             answer,
         };
         let mut places = self.places();
@@ -241,7 +244,8 @@ impl Offers {
         for (i, mut offer) in taken.into_iter().enumerate() {
             let wants = places.taken.remove(&offer.id).unwrap_or(true);
             let answer = match answer(i) {
-                Answer::Passed | Answer::Declined if offer.joining.is_some() => Answer::InLine,
+                Answer::Passed if offer.joining.is_some() => Answer::InLine { taken: true },
+                Answer::Declined if offer.joining.is_some() => Answer::InLine { taken: false },
                 answer => answer,
             };
             match answer {
@@ -251,17 +255,19 @@ impl Offers {
                         gone.push(owner);
                     }
                 }
+                // A waiter that stopped waiting (its offer dropped) wants
+                // its answer too, and is gone.
                 answer if wants => {
                     let owner = offer.owner.clone();
-                    if offer.answer.send(answer).is_err() && answer == Answer::InLine {
+                    let in_line = matches!(answer, Answer::InLine { .. });
+                    if offer.answer.send(answer).is_err() && in_line {
                         gone.push(owner);
                     }
                 }
-                Answer::InLine if offer.answer.is_closed() => gone.push(offer.owner.clone()),
                 _ if offer.answer.is_closed() => {}
-                Answer::InLine => {
+                answer @ Answer::InLine { .. } => {
                     offer.joining = None;
-                    offer.lined = true;
+                    offer.lined = Some(answer);
                     back.push(offer);
                 }
                 _ => back.push(offer),
@@ -276,10 +282,11 @@ impl Offers {
         gone
     }
 
-    /// Takes offer `id` out of the queue: whether a handoff put its waiter
-    /// in line meanwhile, when it was open; `None` when it is taken (marked
-    /// as wanting its answer) or answered already.
-    fn withdraw(&self, key: &str, id: u64) -> Option<bool> {
+    /// Takes offer `id` out of the queue, when it was open: with what a
+    /// handoff that put its waiter in line meanwhile said, if one did.
+    /// `None` when it is taken (marked as wanting its answer) or answered
+    /// already.
+    fn withdraw(&self, key: &str, id: u64) -> Option<Option<Answer>> {
         let mut places = self.places();
         if let Some(wants) = places.taken.get_mut(&id) {
             *wants = true;
@@ -287,7 +294,7 @@ impl Offers {
         }
         let queue = places.open.get_mut(key)?;
         let at = queue.iter().position(|offer| offer.id == id)?;
-        let lined = queue.remove(at).is_some_and(|offer| offer.lined);
+        let lined = queue.remove(at).and_then(|offer| offer.lined);
         if queue.is_empty() {
             places.open.remove(key);
         }
@@ -318,8 +325,7 @@ impl Offered<'_> {
     /// when it has not come yet).
     pub(crate) async fn withdraw(mut self) -> Option<Answer> {
         match self.offers.withdraw(&self.key, self.id) {
-            Some(false) => None,
-            Some(true) => Some(Answer::InLine),
+            Some(lined) => lined,
             None => Some(self.answered().await),
         }
     }
@@ -481,7 +487,10 @@ mod tests {
         assert_eq!(taken.len(), 3);
         assert!(offers.settle("k", taken, |_| Answer::Passed).is_empty());
         // It is told when it withdraws its offer.
-        assert_eq!(joining.withdraw().await, Some(Answer::InLine));
+        assert_eq!(
+            joining.withdraw().await,
+            Some(Answer::InLine { taken: true })
+        );
         drop(lined);
 
         // One that stopped waiting after the handoff put it in line is

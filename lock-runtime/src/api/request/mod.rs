@@ -142,10 +142,10 @@ fn fair_retry(lease: Duration) -> Duration {
 }
 
 /// How long a fair waiter that came while others of its client wait waits
-/// for a release of its client to put it in line (see
-/// `joins_with_release`) before it gets in line by itself: its arrival in
-/// the line is later than its call by this much at most (and the time its
-/// attempt takes to reach Redis, as for any waiter).
+/// for a release of its client to take its offer and put it in line (see
+/// `joins_with_release`) before it gets in line by itself (the wait rounds
+/// it up by a millisecond: about 2 ms). A release that took the offer puts
+/// it in line when its call runs in Redis, as an attempt of its own would.
 const JOIN_WITHIN: Duration = Duration::from_millis(1);
 
 impl LockRequest {

@@ -335,18 +335,20 @@ impl<'a> Wait<'a> {
             Some(Answer::Unknown) => self.new_owner(),
             // Handed to another waiter of this client, so still taken: wait
             // on, unless it is time to try (which keeps a fair waiter's
-            // place in line).
+            // place in line) or a release woke it meanwhile (a named wake-up
+            // is its turn; it is not sent twice).
             Some(Answer::Passed) => {
-                self.wait_in_turn = self.tried_at.elapsed() < fair_retry(self.request.lease);
+                self.wait_in_turn =
+                    !woken && self.tried_at.elapsed() < fair_retry(self.request.lease);
             }
-            // Put in line by the handoff, which handed the lock to another
-            // or could not hand it on: in line as after an attempt, it
-            // waits for its turn.
-            Some(Answer::InLine) => {
+            // Put in line by the handoff, which did not hand it the lock:
+            // in line as after an attempt. It waits for its turn while the
+            // lock went to another waiter of this client, unless a release
+            // named it meanwhile; otherwise it tries at once, as below.
+            Some(Answer::InLine { taken }) => {
                 self.joining = false;
                 self.tried_at = Instant::now();
-                // Unless a release named it meanwhile: its turn has come.
-                self.wait_in_turn = !woken;
+                self.wait_in_turn = taken && !woken;
             }
             // Not handed on (still held, or others' turn): try at once.
             Some(Answer::Declined) | None => {}
@@ -457,6 +459,31 @@ mod tests {
             // stays where it got to.
             wait.judge(busy(ms(10)), Instant::now());
             assert!(wait.last_error.is_none());
+        })
+        .await;
+    }
+
+    #[tokio::test]
+    async fn a_fair_waiter_put_in_line_by_a_handoff_tries_unless_the_lock_was_passed_on() {
+        let locks = LockClient::in_memory().await.unwrap();
+        let request = locks.fair_lock("wait:lined").wait(Duration::from_secs(60));
+        waiting(request, async |wait| {
+            let lined = |taken, woken| Woke {
+                answer: Some(Answer::InLine { taken }),
+                woken,
+            };
+            wait.joining = true;
+            // Handed to another waiter of its client: still taken, it waits.
+            wait.take_answer(lined(true, false)).await;
+            assert!(!wait.joining, "it is in line");
+            assert!(wait.wait_in_turn);
+            // Not handed on: the lock may be free, it tries at once.
+            wait.wait_in_turn = false;
+            wait.take_answer(lined(false, false)).await;
+            assert!(!wait.wait_in_turn);
+            // Named by a release meanwhile: its turn, whatever the handoff did.
+            wait.take_answer(lined(true, true)).await;
+            assert!(!wait.wait_in_turn);
         })
         .await;
     }

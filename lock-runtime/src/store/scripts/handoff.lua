@@ -51,20 +51,6 @@ local function offer(j)
   local how = ARGV[at + 2]
   return ARGV[at], ARGV[at + 1], how ~= '0', tonumber(string.match(how, '^j(%d+)$'))
 end
--- Fair waiters of the releasing client that came while one of its tasks
--- held the lock get in line first, in their order, as fair_acquire.lua
--- puts a waiter in line, unless their owner id was retired: then the
--- release hands the lock to the first in line, which may be one of them.
--- (Their own first attempt would have cost Redis a call each.)
-for j = 1, m do
-  local owner, _, _, stay = offer(j)
-  if stay and redis.call('EXISTS', gone_key(KEYS[1], owner)) == 0 then
-    redis.call('ZADD', KEYS[3], 'NX', arrival(), owner)
-    redis.call('ZADD', KEYS[4], now_ms() + stay, owner)
-    keep_for(KEYS[3], stay)
-    keep_for(KEYS[4], stay)
-  end
-end
 local held = redis.call('HMGET', KEYS[1], 'owner', 'count', 'fair', 'w', 'h', 'from')
 -- Whether the lock may go to offer j: nobody holds or waits for its read
 -- side, and j's owner id is not retired (a waiter whose handoff answer was
@@ -79,6 +65,22 @@ if held[1] and held[1] ~= ARGV[1] and ARGV[2] == '1' and held[6] == ARGV[1] then
     if offer(j) == held[1] then
       return {0, tonumber(redis.call('HGET', KEYS[1], 'fence')), j}
     end
+  end
+end
+-- Fair waiters of the releasing client that came while one of its tasks
+-- held the lock get in line first, in their order, as fair_acquire.lua
+-- puts a waiter in line, unless their owner id was retired: then the
+-- release hands the lock to the first in line, which may be one of them.
+-- (Their own first attempt would have cost Redis a call each.) Not one
+-- that holds the lock: a call sent again, whose first run handed it the
+-- lock, has answered above.
+for j = 1, m do
+  local owner, _, _, stay = offer(j)
+  if stay and owner ~= held[1] and redis.call('EXISTS', gone_key(KEYS[1], owner)) == 0 then
+    redis.call('ZADD', KEYS[3], 'NX', arrival(), owner)
+    redis.call('ZADD', KEYS[4], now_ms() + stay, owner)
+    keep_for(KEYS[3], stay)
+    keep_for(KEYS[4], stay)
   end
 end
 if held[1] == ARGV[1] and (ARGV[2] == '1' or held[2] == '1') and ARGV[3] == '0' then

@@ -231,6 +231,13 @@ async fn a_handoff_puts_new_waiters_in_line(conn: &mut impl ConnectionLike, serv
     call(conn, &handoff).await.unwrap();
     let owner = hget(conn, &keys.lock, "owner").await;
     assert_eq!(owner.as_deref(), Some("first"), "{server}");
+    // Sent again (its answer lost): it says the lock went to the second
+    // offer, and puts nobody in line again (not the new holder).
+    let again = call(conn, &handoff).await.unwrap();
+    match &again {
+        Value::Array(items) => assert_eq!(int(&items[2]), 2, "{server}: {again:?}"),
+        other => panic!("{server}: not a handoff reply: {other:?}"),
+    }
     let line: Vec<String> = redis::cmd("ZRANGE")
         .arg(keys.queue())
         .arg(0)
