@@ -162,6 +162,17 @@ async fn hget(conn: &mut impl ConnectionLike, key: &str, field: &str) -> Option<
         .unwrap()
 }
 
+/// The members of a sorted set, lowest score first.
+async fn members(conn: &mut impl ConnectionLike, key: &str) -> Vec<String> {
+    redis::cmd("ZRANGE")
+        .arg(key)
+        .arg(0)
+        .arg(-1)
+        .query_async(conn)
+        .await
+        .unwrap()
+}
+
 /// A waiter whose handoff answer was lost retires its owner id; a handoff
 /// that runs after that passes it over, for the next plain waiter or, when
 /// none is left, a plain release.
@@ -238,21 +249,9 @@ async fn a_handoff_puts_new_waiters_in_line(conn: &mut impl ConnectionLike, serv
         Value::Array(items) => assert_eq!(int(&items[2]), 2, "{server}: {again:?}"),
         other => panic!("{server}: not a handoff reply: {other:?}"),
     }
-    let line: Vec<String> = redis::cmd("ZRANGE")
-        .arg(keys.queue())
-        .arg(0)
-        .arg(-1)
-        .query_async(conn)
-        .await
-        .unwrap();
+    let line = members(conn, &keys.queue()).await;
     assert_eq!(line, ["second"], "{server}: the line after the handoff");
-    let alive: Vec<String> = redis::cmd("ZRANGE")
-        .arg(keys.queue_alive())
-        .arg(0)
-        .arg(-1)
-        .query_async(conn)
-        .await
-        .unwrap();
+    let alive = members(conn, &keys.queue_alive()).await;
     assert_eq!(alive, ["second"], "{server}");
     for key in [keys.queue(), keys.queue_alive()] {
         let ttl: i64 = redis::cmd("PTTL")
