@@ -16,9 +16,9 @@
 //! for the answer instead, since trying meanwhile under the same owner id
 //! would count as a re-entry. Once the handoff's answer is in, the releaser
 //! answers the waiter it was handed to, and every waiter when the call
-//! failed; the other offers go back to the front of the queue, in their
-//! order, without waking their waiters, unless a waiter asked for its
-//! answer meanwhile.
+//! failed; the other offers go back to their places in the queue (by
+//! their order, see `insert_in_order`), without waking their waiters,
+//! unless a waiter asked for its answer meanwhile.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -204,13 +204,14 @@ impl Offers {
                     lined < most
                 };
             if take {
-                let offer = queue.remove(i).expect("in the queue");
-                *if offer.joining.is_some() {
-                    &mut joining
-                } else {
-                    &mut lined
-                } += 1;
-                taken.push(offer);
+                if let Some(offer) = queue.remove(i) {
+                    if offer.joining.is_some() {
+                        joining += 1;
+                    } else {
+                        lined += 1;
+                    }
+                    taken.push(offer);
+                }
             } else {
                 i += 1;
             }
@@ -227,7 +228,7 @@ impl Offers {
     /// Settles the offers `taken` for the lock `key` once the handoff's
     /// outcome is known: `answer` for each offer's index. Offers answered
     /// [`Passed`](Answer::Passed) or [`Declined`](Answer::Declined) go back
-    /// to the front of the queue unanswered, unless their waiter asked for
+    /// to their places in the queue unanswered, unless their waiter asked for
     /// its answer or is gone; those of waiters the handoff put in line go
     /// back in line ([`InLine`](Answer::InLine)). Returns the owner ids of
     /// the waiters that are gone although the lock may be theirs, or their

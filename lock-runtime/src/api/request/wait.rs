@@ -48,6 +48,7 @@ pub(super) struct Woke {
     woken: bool,
 }
 
+#[cfg(test)]
 impl From<Option<Answer>> for Woke {
     fn from(answer: Option<Answer>) -> Self {
         Woke {
@@ -146,7 +147,9 @@ impl<'a> Wait<'a> {
         let offers = request
             .takes_handoffs(keys, underway.reentry)
             .then_some(&inner.offers);
-        // The first attempt put it in line (its answer came just now).
+        // Drawn now: the first attempt put it in line (its answer came just
+        // now), or, for a joiner, which made none, it is about to offer to
+        // be put in line by a release.
         let line_place = offers.filter(|_| in_line.is_some()).map(Offers::line_place);
         let mut wait = Wait {
             handed: None,
@@ -171,7 +174,8 @@ impl<'a> Wait<'a> {
             tried_at: Instant::now(),
             offers,
             line_place,
-            joining: underway.joining && offers.is_some(),
+            // `joins_with_release` asked `takes_handoffs` with the same keys.
+            joining: underway.joining,
         };
         tokio::select! {
             _ = wait.watch.subscribed() => {}
