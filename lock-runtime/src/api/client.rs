@@ -1,7 +1,7 @@
 //! The client: connections, background tasks, and the entry point for locks.
 
 use std::fmt;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -11,10 +11,10 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
+use crate::api::inner::Inner;
 use crate::api::request::LockRequest;
 use crate::base::config::Config;
 use crate::base::error::LockError;
-use crate::base::keys::LockKeys;
 use crate::base::kind::Kind;
 use crate::base::owner;
 use crate::base::redact::redact_urls;
@@ -31,7 +31,7 @@ use crate::store::deployment::{Deployment, Spec};
 use crate::store::memory::MemoryStore;
 use crate::store::node::Node;
 use crate::store::replicas::ReplicaCheck;
-use crate::store::scripts::{Quarantine, Released, Stored};
+use crate::store::scripts::Quarantine;
 
 /// A handle to a Redis server for taking locks. Cheap to clone: clones share
 /// one command connection, one pub/sub connection and one watchdog.
@@ -58,117 +58,9 @@ pub struct LockClient {
     pub(crate) inner: Arc<Inner>,
 }
 
-pub(crate) struct Inner {
-    pub(crate) id: Uuid,
-    /// `NAME@HOST:PID/CLIENT`, the part every owner id of this client shares.
-    owner_prefix: String,
-    pub(crate) config: Config,
-    pub(crate) backend: Backend,
-    pub(crate) wakeups: Wakeups,
-    /// Waiters a release of this client may hand a lock to.
-    pub(crate) offers: Offers,
-    pub(crate) registry: Arc<Registry>,
-    next_scope: AtomicU64,
-    shutdown: CancellationToken,
-    /// [`LockClient::shutdown`] was called: no more locks are taken.
-    pub(crate) closed: AtomicBool,
-    /// Cancelled when the client shuts down: waits under way end.
-    pub(crate) closing: CancellationToken,
-    /// Until when the restart quarantine keeps locks closed, as the last
-    /// acquisition that met it was told.
-    quarantine_until: Mutex<Option<Instant>>,
-}
-
-impl Inner {
-    /// Stops the watchdog and the subscriber.
-    pub(crate) fn stop(&self) {
-        self.shutdown.cancel();
-    }
-
-    /// Cancelled once the client stops: shut down, or dropped. Background
-    /// work of the client (give-backs sent again) ends then.
-    pub(crate) fn stopped(&self) -> CancellationToken {
-        self.shutdown.clone()
-    }
-
-    /// Gives back in the background, and retires, what each of `owners`
-    /// may hold of `locks`, stored as `stored` (see [`Backend::retire`]):
-    /// sent again, first after `again_after`, until Redis answers or the
-    /// client stops; a lock asked to stay taken until `keep_until` stays
-    /// until then. Outside a runtime nothing is sent, and the locks lapse
-    /// after their lease.
-    pub(crate) fn retire_later(
-        &self,
-        label: String,
-        locks: Vec<LockKeys>,
-        (stored, owners): (Stored, Vec<Arc<str>>),
-        keep_until: Option<Instant>,
-        again_after: Duration,
-    ) {
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            return;
-        };
-        let (backend, stopped) = (self.backend.clone(), self.stopped());
-        runtime.spawn(async move {
-            let giving_back = owners.iter().map(|owner| {
-                let held = (&stored, &**owner);
-                backend.retire(&label, &locks, held, keep_until, again_after, &stopped)
-            });
-            let released = futures_util::future::join_all(giving_back).await;
-            if released
-                .iter()
-                .flatten()
-                .flatten()
-                .any(|r| *r == Released::Free)
-            {
-                tracing::debug!(key = %label, "gave back a lock whose grant went unanswered");
-            }
-        });
-    }
-
-    /// The client is shut down: acquisitions fail.
-    pub(crate) fn check_open(&self) -> Result<(), LockError> {
-        if self.closed.load(Ordering::Acquire) {
-            return Err(LockError::ShutDown);
-        }
-        Ok(())
-    }
-
-    /// An acquisition found the restart quarantine closing the locks until
-    /// `until`.
-    pub(crate) fn met_quarantine(&self, until: Instant) {
-        *self
-            .quarantine_until
-            .lock()
-            .unwrap_or_else(|e| e.into_inner()) = Some(until);
-    }
-
-    /// How much longer the restart quarantine lasts, if the last
-    /// acquisition that met it said it is not over at `now`.
-    pub(crate) fn quarantine_left(&self, now: Instant) -> Option<Duration> {
-        let until = *self
-            .quarantine_until
-            .lock()
-            .unwrap_or_else(|e| e.into_inner());
-        until.filter(|until| *until > now).map(|until| until - now)
-    }
-}
-
-impl Drop for Inner {
-    fn drop(&mut self) {
-        // Guards keep the client alive, so nothing is held any more: stop
-        // the watchdog and the subscriber.
-        self.shutdown.cancel();
-    }
-}
-
 impl fmt::Debug for LockClient {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("LockClient")
-            .field("id", &self.inner.id)
-            .field("prefix", &self.inner.config.prefix)
-            .field("held", &self.inner.registry.len())
-            .finish_non_exhaustive()
+        self.inner.fmt(f)
     }
 }
 
@@ -789,7 +681,7 @@ impl LockClient {
     /// # }
     /// ```
     pub fn lock(&self, name: impl Into<String>) -> LockRequest {
-        LockRequest::new(self.clone(), Kind::Exclusive, vec![name.into()])
+        LockRequest::new(self.inner.clone(), Kind::Exclusive, vec![name.into()])
     }
 
     /// Starts a request for several locks taken together: all of them or
@@ -818,7 +710,7 @@ impl LockClient {
         I::Item: Into<String>,
     {
         LockRequest::new(
-            self.clone(),
+            self.inner.clone(),
             Kind::Exclusive,
             names.into_iter().map(Into::into).collect(),
         )
@@ -852,7 +744,7 @@ impl LockClient {
     /// ```
     pub fn semaphore(&self, name: impl Into<String>, permits: u32) -> LockRequest {
         LockRequest::new(
-            self.clone(),
+            self.inner.clone(),
             Kind::Permits(permits.into()),
             vec![name.into()],
         )
@@ -881,7 +773,7 @@ impl LockClient {
     /// # }
     /// ```
     pub fn read_lock(&self, name: impl Into<String>) -> LockRequest {
-        LockRequest::new(self.clone(), Kind::Read, vec![name.into()])
+        LockRequest::new(self.inner.clone(), Kind::Read, vec![name.into()])
     }
 
     /// The write side of the read-write lock `name`: the same as
@@ -911,7 +803,7 @@ impl LockClient {
     /// # }
     /// ```
     pub fn fair_lock(&self, name: impl Into<String>) -> LockRequest {
-        LockRequest::new(self.clone(), Kind::Fair, vec![name.into()])
+        LockRequest::new(self.inner.clone(), Kind::Fair, vec![name.into()])
     }
 
     /// This client's unique id, the first part of every owner id it uses.
@@ -922,12 +814,6 @@ impl LockClient {
     /// How many locks this client holds and renews right now.
     pub fn held(&self) -> usize {
         self.inner.registry.len()
-    }
-
-    /// A fresh owner id for an acquisition outside any scope.
-    pub(crate) fn new_owner(&self) -> Arc<str> {
-        let scope = self.inner.next_scope.fetch_add(1, Ordering::Relaxed);
-        format!("{}:{scope}", self.inner.owner_prefix).into()
     }
 }
 

@@ -5,7 +5,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::api::client::LockClient;
+use crate::api::inner::Inner;
 use crate::base::detached::Detached;
 use crate::base::error::{Chain, LockError, LossReason};
 use tokio::time::Instant;
@@ -40,7 +40,7 @@ use crate::store::scripts::{Giving, HandedOn, Released, Stored};
 /// ```
 #[must_use = "the lock is released as soon as the guard is dropped"]
 pub struct LockGuard {
-    client: LockClient,
+    client: Arc<Inner>,
     /// The locks held, in canonical order; one unless taken with `lock_all`.
     held: Vec<Arc<Held>>,
     /// For several locks: cancelled when any of them is lost (one lock has
@@ -70,7 +70,7 @@ impl fmt::Debug for LockGuard {
 
 impl LockGuard {
     /// A guard over `held`, which is never empty.
-    pub(crate) fn new(client: LockClient, held: Vec<Arc<Held>>, telemetry: Hold) -> Self {
+    pub(crate) fn new(client: Arc<Inner>, held: Vec<Arc<Held>>, telemetry: Hold) -> Self {
         let group = match held.as_slice() {
             [_] => None,
             many => {
@@ -133,7 +133,7 @@ impl LockGuard {
         if self.is_lost() {
             return Err(self.lost_error());
         }
-        let inner = &self.client.inner;
+        let inner = &self.client;
         let label = label(&self.held);
         inner.config.check_lease(&label, lease)?;
         watchdog::extend(&inner.registry, &inner.backend, &label, &self.held, lease)
@@ -359,7 +359,7 @@ impl LockGuard {
     /// ```
     pub async fn scope<F: Future>(&self, fut: F) -> Result<F::Output, LockError> {
         let scope = Scope {
-            client: self.client.inner.id,
+            client: self.client.id,
             owner: self.first().owner.clone(),
             locks: self.fences(),
             parent: scope::innermost(),
@@ -467,7 +467,7 @@ struct Ending {
 /// Gives a guard's locks back and says whether they were still held; the
 /// lock's span records the outcome.
 async fn end(
-    client: &LockClient,
+    client: &Arc<Inner>,
     held: &[Arc<Held>],
     ending: Ending,
     telemetry: Hold,
@@ -524,7 +524,7 @@ async fn end(
 ///
 /// [`Backend::retire`]: crate::engine::backend::Backend::retire
 fn give_back_later(
-    client: &LockClient,
+    client: &Arc<Inner>,
     held: &[Arc<Held>],
     keep_until: Option<Instant>,
     err: &LockError,
@@ -532,7 +532,7 @@ fn give_back_later(
     if !err.is_unavailable() {
         return;
     }
-    let inner = &client.inner;
+    let inner = client;
     // An upgrade or a downgrade shares its owner id with the other side of
     // the read-write lock, held by an enclosing scope that may take this
     // side again meanwhile (asking for the other side, which no retirement
@@ -577,10 +577,10 @@ pub(crate) fn renewals(held: &[Arc<Held>]) -> u64 {
 
 /// Takes a guard's locks out of the watchdog's care; true when no other
 /// guard holds any of them.
-fn stop_renewing(client: &LockClient, held: &[Arc<Held>]) -> bool {
+fn stop_renewing(client: &Arc<Inner>, held: &[Arc<Held>]) -> bool {
     let mut last = true;
     for held in held {
-        last &= client.inner.registry.unhold(held);
+        last &= client.registry.unhold(held);
     }
     last
 }
@@ -606,12 +606,12 @@ fn keys_of(held: &[Arc<Held>]) -> Cow<'_, [LockKeys]> {
 /// Gives each lock back one level, or every level when `whole`; a lock
 /// that becomes free stays taken for `keep` more (zero: freed at once).
 async fn give_back(
-    client: &LockClient,
+    client: &Arc<Inner>,
     held: &[Arc<Held>],
     whole: bool,
     keep: Duration,
 ) -> Result<Vec<Released>, LockError> {
-    let inner = &client.inner;
+    let inner = client;
     let keys = keys_of(held);
     let label = label(held);
     let (owner, stored) = (&held[0].owner, &held[0].stored);
@@ -660,7 +660,7 @@ async fn give_back(
 /// release kept but no longer polled holds its waiters up, as any future
 /// that is not polled.
 async fn hand_on(
-    client: LockClient,
+    client: Arc<Inner>,
     label: String,
     lock: LockKeys,
     owner: Arc<str>,
@@ -668,7 +668,7 @@ async fn hand_on(
     taken: Vec<Offer>,
 ) -> Result<Vec<Released>, LockError> {
     let (label, lock, owner) = (label.as_str(), &lock, &*owner);
-    let inner = &client.inner;
+    let inner = client;
     let sent = Instant::now();
     let offers: Vec<Next<'_>> = taken
         .iter()

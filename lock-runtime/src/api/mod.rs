@@ -2,13 +2,14 @@
 //! guards, the task scope that makes re-entry safe, the default client the
 //! attribute uses, the operator commands, and the macro's support.
 //!
-//! `client`, `request` and `guard` refer to each other: a client makes
-//! requests, a request makes guards, and a guard keeps its client.
+//! A client makes requests and a request makes guards; requests and
+//! guards keep the client's shared state (`inner`), not the client.
 
 pub(crate) mod admin;
 pub(crate) mod builder;
 pub(crate) mod client;
 pub(crate) mod guard;
+pub(crate) mod inner;
 pub(crate) mod install;
 pub(crate) mod leader;
 pub(crate) mod lifecycle;

@@ -49,7 +49,7 @@ pub async fn acquire_with(
             "a semaphore, a read lock or a fair lock is named by exactly one key".into(),
         ));
     }
-    let mut request = LockRequest::new(client.clone(), kind, keys);
+    let mut request = LockRequest::new(client.inner.clone(), kind, keys);
     if options.write {
         request = request.writing();
     }

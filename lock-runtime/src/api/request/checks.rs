@@ -13,7 +13,7 @@ impl LockRequest {
     /// `max_hold` or `lock_at_least` is out of bounds; the first grant
     /// never outlives `max_hold` either (the lease is cut to it).
     pub(super) fn check(&mut self) -> Result<(), LockError> {
-        let inner = &self.client.inner;
+        let inner = &self.client;
         if let Some(misuse) = &self.misuse {
             return Err(LockError::Config(misuse.clone()));
         }

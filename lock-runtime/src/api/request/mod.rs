@@ -13,8 +13,8 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tracing::Instrument;
 
-use crate::api::client::{Inner, LockClient};
 use crate::api::guard::{LockGuard, renewals};
+use crate::api::inner::Inner;
 use crate::api::scope;
 use crate::base::config::Replicas;
 use crate::base::error::{LockError, LossReason};
@@ -33,10 +33,13 @@ use wait::{Step, Wait};
 /// A lock about to be taken: set the lease and the wait, then
 /// [`acquire`](LockRequest::acquire). Made by [`LockClient::lock`], or by
 /// [`LockClient::lock_all`] for several locks taken together.
+///
+/// [`LockClient::lock`]: crate::LockClient::lock
+/// [`LockClient::lock_all`]: crate::LockClient::lock_all
 #[derive(Debug, Clone)]
 #[must_use = "a lock request does nothing until `acquire` is awaited"]
 pub struct LockRequest {
-    client: LockClient,
+    client: Arc<Inner>,
     kind: Kind,
     /// The locks' names, sorted and without duplicates.
     names: Vec<String>,
@@ -158,12 +161,12 @@ impl LockRequest {
         }
     }
 
-    pub(crate) fn new(client: LockClient, kind: Kind, mut names: Vec<String>) -> Self {
+    pub(crate) fn new(client: Arc<Inner>, kind: Kind, mut names: Vec<String>) -> Self {
         // One canonical order, so that calls naming the same locks in any
         // order take them the same way, and each name once.
         names.sort_unstable();
         names.dedup();
-        let config = &client.inner.config;
+        let config = &client.config;
         LockRequest {
             joined: (names.len() > 1).then(|| keys::joined(names.iter().map(String::as_str))),
             lease: config.default_lease,
@@ -317,7 +320,7 @@ impl LockRequest {
     /// [`LockError::Config`], since a holder cannot grow its hold. Asking
     /// for none, or for more than the semaphore has, is
     /// [`LockError::Config`] too, as is `permits` on a request that is not
-    /// a semaphore's ([`LockClient::semaphore`]).
+    /// a semaphore's ([`LockClient::semaphore`](crate::LockClient::semaphore)).
     ///
     /// ```no_run
     /// # async fn run(locks: lock_runtime::LockClient) -> Result<(), lock_runtime::LockError> {
@@ -404,14 +407,14 @@ impl LockRequest {
     /// [`LockError`] otherwise.
     pub async fn acquire(self) -> Result<LockGuard, LockError> {
         // The span lives on in the guard: see the `telemetry` module.
-        let level = self.client.inner.config.span_level;
+        let level = self.client.config.span_level;
         let acquiring = Acquiring::start(self.metric_kind(), self.label(), level);
         let span = acquiring.span().clone();
         let client = self.client.clone();
         let mut result = self.acquire_inner(&span).instrument(span.clone()).await;
         // Granted while the client was shutting down (a release of its own
         // handed it on, or the grant crossed the shutdown): given back.
-        if result.is_ok() && client.inner.check_open().is_err() {
+        if result.is_ok() && client.check_open().is_err() {
             result = Err(LockError::ShutDown);
         }
         match &result {
@@ -426,7 +429,7 @@ impl LockRequest {
     /// did not end it.
     async fn acquire_inner(mut self, span: &tracing::Span) -> Result<LockGuard, LockError> {
         self.check()?;
-        let inner = &self.client.inner;
+        let inner = &self.client;
         let keys: Vec<LockKeys> = self
             .names
             .iter()
@@ -455,7 +458,7 @@ impl LockRequest {
         scoped: Option<Arc<str>>,
         asking: String,
     ) -> Underway<'a> {
-        let inner = &self.client.inner;
+        let inner = &self.client;
         let owner = scoped.clone().unwrap_or_else(|| self.client.new_owner());
         // A fresh owner id whose acquire call got no answer (a timeout, a
         // connection lost), or whose call is cut short by the caller
@@ -501,7 +504,7 @@ impl LockRequest {
         underway: &mut Underway<'_>,
         span: &tracing::Span,
     ) -> Option<Result<LockGuard, LockError>> {
-        let inner = &self.client.inner;
+        let inner = &self.client;
         let a = underway;
         let first = a
             .unsettled
@@ -569,7 +572,7 @@ impl LockRequest {
     /// here gets an owner of its own, so that calls joined inside a
     /// critical section exclude each other (see scope.rs).
     fn enclosing(&self, keys: &[LockKeys]) -> Result<(Option<Arc<str>>, String), LockError> {
-        match scope::taker(self.client.inner.id, &self.names) {
+        match scope::taker(self.client.id, &self.names) {
             scope::Taker::Fresh => Ok((None, String::new())),
             scope::Taker::Reentry(owner) => {
                 let asking = self.reentry(keys, &owner)?;
@@ -593,7 +596,7 @@ impl LockRequest {
     /// keep a fixed lease renewed past its bound, a fixed one could not
     /// bound a lock that an enclosing scope renews.
     fn reentry(&self, keys: &[LockKeys], owner: &Arc<str>) -> Result<String, LockError> {
-        let registry = &self.client.inner.registry;
+        let registry = &self.client.registry;
         let mut asking = String::with_capacity(keys.len());
         for lock in keys {
             let stored = Stored::for_kind(self.kind, lock);
@@ -634,7 +637,7 @@ impl LockRequest {
             Kind::Exclusive | Kind::Fair => Stored::for_kind(Kind::Read, lock),
             Kind::Permits(_) => return false,
         };
-        let registry = &self.client.inner.registry;
+        let registry = &self.client.registry;
         registry.renewed(lock, &other, owner).is_some()
     }
 
@@ -646,7 +649,7 @@ impl LockRequest {
         deadline: Instant,
         span: &tracing::Span,
     ) -> Result<Outcome, LockError> {
-        let inner = &self.client.inner;
+        let inner = &self.client;
         inner.check_open()?;
         let sent = Instant::now();
         let backend = &inner.backend;
@@ -707,7 +710,7 @@ impl LockRequest {
         (sent, replicas): (Instant, Option<Replicas>),
         span: &tracing::Span,
     ) -> Result<Outcome, LockError> {
-        let inner = &self.client.inner;
+        let inner = &self.client;
         let backend = &inner.backend;
         let stored = Stored::for_kind(self.kind, &keys[0]);
         let drift = inner.config.drift_for(self.lease);
@@ -806,7 +809,7 @@ impl LockRequest {
     ///
     /// [`Backend::retire`]: crate::engine::backend::Backend::retire
     fn give_back_for(&self, keys: &[LockKeys], owner: Arc<str>) {
-        let inner = &self.client.inner;
+        let inner = &self.client;
         let again_after = inner.config.command_timeout
             + inner
                 .config

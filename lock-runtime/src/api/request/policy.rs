@@ -90,7 +90,7 @@ impl LockRequest {
     /// `reentry`), without replicas to confirm the grant, when the backend
     /// hands locks on. Its grant then comes from the release.
     pub(super) fn takes_handoffs(&self, keys: &[LockKeys], reentry: bool) -> bool {
-        let inner = &self.client.inner;
+        let inner = &self.client;
         matches!(self.kind, Kind::Exclusive | Kind::Fair)
             && keys.len() == 1
             && !reentry
@@ -100,7 +100,7 @@ impl LockRequest {
 
     /// Whether tasks of this client wait for `lock` now.
     fn has_local_waiters(&self, lock: &LockKeys) -> bool {
-        let wakeups = &self.client.inner.wakeups;
+        let wakeups = &self.client.wakeups;
         wakeups.has_live_waiters(&lock.lock)
     }
 }

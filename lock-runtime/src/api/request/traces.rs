@@ -159,7 +159,7 @@ impl Drop for Waiting<'_> {
         if !self.waiting {
             return;
         }
-        let backend = self.request.client.inner.backend.clone();
+        let backend = self.request.client.backend.clone();
         let (label, keys, owner, trace) = (
             self.request.label().to_owned(),
             self.keys.to_vec(),

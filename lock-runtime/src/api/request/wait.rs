@@ -128,7 +128,7 @@ impl<'a> Wait<'a> {
         underway: Underway<'a>,
         span: &'a tracing::Span,
     ) -> Result<Self, LockError> {
-        let inner = &request.client.inner;
+        let inner = &request.client;
         let (keys, owner) = (underway.keys, underway.owner);
         tracing::debug!(wait = ?request.wait, "lock busy; waiting");
         let registered_early = underway.early.is_some();
@@ -232,7 +232,7 @@ impl<'a> Wait<'a> {
             // Sleep until the holder's lease would run out at the latest.
             Ok(Outcome::Busy { ttl, quarantined }) => {
                 self.last_error = None;
-                self.closed = closed_until(&self.request.client.inner, quarantined, ttl);
+                self.closed = closed_until(&self.request.client, quarantined, ttl);
                 tracing::trace!(?ttl, live = self.watch.is_live(), "still busy");
                 ttl.map_or(self.deadline, |ttl| now + ttl + Duration::from_millis(1))
             }
@@ -291,7 +291,7 @@ impl<'a> Wait<'a> {
             let asked = (request.lease, self.line_place, joining);
             offers.offer(&keys[0].lock, &self.owner, asked, &give_back)
         });
-        let closing = &request.client.inner.closing;
+        let closing = &request.client.closing;
         let mut woken = false;
         let answer = tokio::select! {
             _ = released => {
@@ -409,7 +409,7 @@ mod tests {
     where
         F: AsyncFnOnce(&mut Wait<'_>),
     {
-        let inner = &request.client.inner;
+        let inner = &request.client;
         let keys = [LockKeys::new(&inner.config.prefix, &request.names[0])];
         let span = tracing::Span::none();
         let underway = request.begin(&keys, None, String::new());

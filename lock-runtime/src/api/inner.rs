@@ -1,0 +1,148 @@
+//! What the handles of one client share: its settings, its store, its
+//! waiters and held locks, and whether it is open. A [`LockClient`] is an
+//! `Arc` of it, and so are the requests and guards it makes, which keep the
+//! client alive while they exist (see the `Drop` below) without referring to
+//! the client's handle type: `client` makes requests, a request makes
+//! guards, and all three sit on this module.
+//!
+//! [`LockClient`]: crate::LockClient
+
+use std::fmt;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use uuid::Uuid;
+
+use crate::base::config::Config;
+use crate::base::error::LockError;
+use crate::base::keys::LockKeys;
+use crate::engine::backend::Backend;
+use crate::engine::handoffs::Offers;
+use crate::engine::wakeups::Wakeups;
+use crate::engine::watchdog::Registry;
+use crate::store::scripts::{Released, Stored};
+
+/// The state one client's handles share.
+pub(crate) struct Inner {
+    pub(crate) id: Uuid,
+    /// `NAME@HOST:PID/CLIENT`, the part every owner id of this client shares.
+    pub(super) owner_prefix: String,
+    pub(crate) config: Config,
+    pub(crate) backend: Backend,
+    pub(crate) wakeups: Wakeups,
+    /// Waiters a release of this client may hand a lock to.
+    pub(crate) offers: Offers,
+    pub(crate) registry: Arc<Registry>,
+    pub(super) next_scope: AtomicU64,
+    pub(super) shutdown: CancellationToken,
+    /// [`LockClient::shutdown`](crate::LockClient::shutdown) was called: no more locks are taken.
+    pub(crate) closed: AtomicBool,
+    /// Cancelled when the client shuts down: waits under way end.
+    pub(crate) closing: CancellationToken,
+    /// Until when the restart quarantine keeps locks closed, as the last
+    /// acquisition that met it was told.
+    pub(super) quarantine_until: Mutex<Option<Instant>>,
+}
+
+impl Inner {
+    /// A fresh owner id for an acquisition outside any scope.
+    pub(crate) fn new_owner(&self) -> Arc<str> {
+        let scope = self.next_scope.fetch_add(1, Ordering::Relaxed);
+        format!("{}:{scope}", self.owner_prefix).into()
+    }
+
+    /// Stops the watchdog and the subscriber.
+    pub(crate) fn stop(&self) {
+        self.shutdown.cancel();
+    }
+
+    /// Cancelled once the client stops: shut down, or dropped. Background
+    /// work of the client (give-backs sent again) ends then.
+    pub(crate) fn stopped(&self) -> CancellationToken {
+        self.shutdown.clone()
+    }
+
+    /// Gives back in the background, and retires, what each of `owners`
+    /// may hold of `locks`, stored as `stored` (see [`Backend::retire`]):
+    /// sent again, first after `again_after`, until Redis answers or the
+    /// client stops; a lock asked to stay taken until `keep_until` stays
+    /// until then. Outside a runtime nothing is sent, and the locks lapse
+    /// after their lease.
+    pub(crate) fn retire_later(
+        &self,
+        label: String,
+        locks: Vec<LockKeys>,
+        (stored, owners): (Stored, Vec<Arc<str>>),
+        keep_until: Option<Instant>,
+        again_after: Duration,
+    ) {
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let (backend, stopped) = (self.backend.clone(), self.stopped());
+        runtime.spawn(async move {
+            let giving_back = owners.iter().map(|owner| {
+                let held = (&stored, &**owner);
+                backend.retire(&label, &locks, held, keep_until, again_after, &stopped)
+            });
+            let released = futures_util::future::join_all(giving_back).await;
+            if released
+                .iter()
+                .flatten()
+                .flatten()
+                .any(|r| *r == Released::Free)
+            {
+                tracing::debug!(key = %label, "gave back a lock whose grant went unanswered");
+            }
+        });
+    }
+
+    /// The client is shut down: acquisitions fail.
+    pub(crate) fn check_open(&self) -> Result<(), LockError> {
+        if self.closed.load(Ordering::Acquire) {
+            return Err(LockError::ShutDown);
+        }
+        Ok(())
+    }
+
+    /// An acquisition found the restart quarantine closing the locks until
+    /// `until`.
+    pub(crate) fn met_quarantine(&self, until: Instant) {
+        *self
+            .quarantine_until
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = Some(until);
+    }
+
+    /// How much longer the restart quarantine lasts, if the last
+    /// acquisition that met it said it is not over at `now`.
+    pub(crate) fn quarantine_left(&self, now: Instant) -> Option<Duration> {
+        let until = *self
+            .quarantine_until
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        until.filter(|until| *until > now).map(|until| until - now)
+    }
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        // Guards keep the client alive, so nothing is held any more: stop
+        // the watchdog and the subscriber.
+        self.shutdown.cancel();
+    }
+}
+
+/// Shown as the client it is the state of (a request shows its client so).
+impl fmt::Debug for Inner {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LockClient")
+            .field("id", &self.id)
+            .field("prefix", &self.config.prefix)
+            .field("held", &self.registry.len())
+            .finish_non_exhaustive()
+    }
+}
