@@ -1,9 +1,9 @@
 //! What the handles of one client share: its settings, its store, its
 //! waiters and held locks, and whether it is open. A [`LockClient`] is an
-//! `Arc` of it, and so are the requests and guards it makes, which keep the
-//! client alive while they exist (see the `Drop` below) without referring to
-//! the client's handle type: `client` makes requests, a request makes
-//! guards, and all three sit on this module.
+//! `Arc` of it, and the requests and guards it makes each hold one, which
+//! keeps the client alive while they exist (see the `Drop` below) without
+//! referring to the client's handle type: `client` makes requests, a
+//! request makes guards, and all three sit on this module.
 //!
 //! [`LockClient`]: crate::LockClient
 

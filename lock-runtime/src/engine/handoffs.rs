@@ -66,7 +66,8 @@ pub(crate) enum Answer {
     InLine { taken: bool },
 }
 
-/// Offers to take locks, by lock key, in the order they were made.
+/// Offers to take locks, by lock key: a fair waiter's by its place in line
+/// ([`Offers::line_place`]), the others in the order they were made.
 #[derive(Debug, Default)]
 pub(crate) struct Offers {
     places: Mutex<Places>,
@@ -126,9 +127,11 @@ impl Offers {
     }
 
     /// A fair waiter's place in line among this client's waiters, drawn
-    /// once its first attempt put it in line: places drawn in the order
+    /// once its first attempt put it in line (places drawn in the order
     /// those attempts' answers came, which is the order Redis made them
-    /// when they came on one connection.
+    /// when they came on one connection), or, for a waiter that gets in
+    /// line with a release of its client and made no attempt, when it
+    /// starts waiting: behind every waiter of the client in line by then.
     pub(crate) fn line_place(&self) -> u64 {
         self.next_id.fetch_add(1, Ordering::Relaxed)
     }

@@ -139,8 +139,9 @@ impl<'a> Wait<'a> {
                 .wakeups
                 .watch(channels.iter().map(String::as_str), wake)
         });
-        // The first attempt put a fair waiter in line; it leaves the line if
-        // it stops waiting without the lock.
+        // A fair waiter is in line (its first attempt put it there) or about
+        // to be (a joiner); it leaves the line if it stops waiting without
+        // the lock.
         let in_line = request
             .waits_in_line()
             .then(|| Waiting::new(request, keys, &owner, Trace::PlaceInLine));
@@ -387,7 +388,7 @@ async fn answer_to(offered: &mut Option<Offered<'_>>) -> Answer {
 #[cfg(all(test, feature = "memory"))]
 mod tests {
     use super::*;
-    use crate::api::client::LockClient;
+    use crate::LockClient;
 
     fn timed_out() -> LockError {
         LockError::CommandTimeout {
