@@ -5,22 +5,10 @@ mod common;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::{client, holder_env, lock_key, ok, spawn_acquire, within};
+use common::{client, holder_env, lock_key, ok, spawn_acquire, until_in_line, within};
 use lock_runtime::{LockClient, LockError};
 use lock_testkit::{RedisServer, unique_key};
 use tokio::task::JoinHandle;
-
-/// Waits, up to `bound`, until the line of fair waiters for `name` holds
-/// `count` of them.
-async fn until_in_line(server: &RedisServer, name: &str, count: &str, bound: Duration) {
-    let queue = format!("{}:queue", lock_key(name));
-    within(server, bound, &format!("{count} in line"), async {
-        while server.cli(&["ZCARD", &queue]) != count {
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-    })
-    .await;
-}
 
 /// Takes the fair lock `name` (waiting up to 10 s) in a task, and gives it
 /// back at once.

@@ -6,8 +6,8 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::{
-    builder, client, clients, connect, ok, scripts_ran, spawn_acquire, start_server_with_clients,
-    within,
+    builder, client, clients, connect, lock_key, ok, scripts_ran, spawn_acquire,
+    start_server_with_clients, until_in_line, within,
 };
 use lock_runtime::{LockClient, LockError, LockGuard};
 use lock_testkit::{RedisServer, unique_key};
@@ -312,4 +312,61 @@ async fn a_fair_lock_is_not_handed_past_the_first_in_line_of_another_client() {
         .await
         .unwrap();
     ok(&server, ok(&server, taken).release().await);
+}
+
+/// Fair waiters of the holder's own client that come while another of its
+/// tasks waits in line get in line with the holder's release (handoff.lua),
+/// behind that one, which is handed the lock; the line they are left in
+/// lapses by itself if it is abandoned, after their own stay in line (here
+/// 3 s, where the first waiter's short lease keeps its place for 250 ms
+/// only). On one thread, the two newcomers run until they wait to join a
+/// release, the release then takes them, and the line is read before any
+/// waiter runs again.
+#[tokio::test]
+async fn waiters_that_join_a_release_get_in_line_for_their_own_stay() {
+    let (server, [locks]) = start_server_with_clients().await;
+    let name = unique_key("handoff-join");
+    let fair = |lease: u64| {
+        locks
+            .fair_lock(name.as_str())
+            .lease(Duration::from_millis(lease))
+            .wait(Duration::from_secs(10))
+    };
+    let held = ok(&server, fair(30_000).acquire().await);
+    let first = spawn_acquire(fair(500));
+    until_in_line(&server, &name, "1", Duration::from_secs(5)).await;
+    let (second, third) = (spawn_acquire(fair(30_000)), spawn_acquire(fair(30_000)));
+    tokio::task::yield_now().await;
+
+    let before = scripts_ran(&server);
+    ok(&server, held.release().await);
+    assert_eq!(
+        scripts_ran(&server) - before,
+        1,
+        "the newcomers made no call"
+    );
+    let queue = format!("{}:queue", lock_key(&name));
+    assert_eq!(
+        server.cli(&["ZCARD", &queue]),
+        "2",
+        "both newcomers in line"
+    );
+    for set in [queue.clone(), format!("{queue}:alive")] {
+        let ttl = server.cli(&["PTTL", &set]);
+        assert!(
+            ttl.parse::<u64>().unwrap() > 1_000,
+            "{set} expires in {ttl} ms"
+        );
+    }
+
+    for (waiter, who) in [
+        (first, "the first"),
+        (second, "the second"),
+        (third, "the third"),
+    ] {
+        let (_, taken) = within(&server, Duration::from_secs(5), who, waiter)
+            .await
+            .unwrap();
+        ok(&server, ok(&server, taken).release().await);
+    }
 }

@@ -156,6 +156,18 @@ pub fn lock_key(name: &str) -> String {
     format!("lock:{{{name}}}")
 }
 
+/// Waits, up to `bound`, until the line of fair waiters for `name` holds
+/// `count` of them.
+pub async fn until_in_line(server: &RedisServer, name: &str, count: &str, bound: Duration) {
+    let queue = format!("{}:queue", lock_key(name));
+    within(server, bound, &format!("{count} in line"), async {
+        while server.cli(&["ZCARD", &queue]) != count {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await;
+}
+
 /// Runs `fut`, failing the test with the server log if it takes longer than `limit`.
 pub async fn within<T>(
     server: &RedisServer,

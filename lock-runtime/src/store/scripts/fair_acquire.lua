@@ -94,11 +94,8 @@ else
   ttl = tonumber(redis.call('ZSCORE', KEYS[4], first) or now) - now
 end
 if ARGV[4] == '1' then
-  -- A waiter already in line keeps its place (NX).
-  redis.call('ZADD', KEYS[3], 'NX', arrival(), ARGV[1])
   local stay = tonumber(ARGV[3])
-  redis.call('ZADD', KEYS[4], now + stay, ARGV[1])
-  keep_for(KEYS[3], stay)
-  keep_for(KEYS[4], stay)
+  get_in_line(KEYS[3], KEYS[4], ARGV[1], stay)
+  line_lasts(KEYS[3], KEYS[4], stay)
 end
 return {0, ttl, closed and 1 or 0}

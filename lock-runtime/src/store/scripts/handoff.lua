@@ -73,15 +73,18 @@ end
 -- release hands the lock to the first in line, which may be one of them.
 -- (Their own first attempt would have cost Redis a call each.) Not one
 -- that holds the lock: a call sent again, whose first run handed it the
--- lock, has answered above.
+-- lock, has answered above. The line's sets are made to last once, for
+-- the longest stay among them.
+local longest_stay = nil
 for j = 1, m do
   local owner, _, _, stay = offer(j)
   if stay and owner ~= held[1] and redis.call('EXISTS', gone_key(KEYS[1], owner)) == 0 then
-    redis.call('ZADD', KEYS[3], 'NX', arrival(), owner)
-    redis.call('ZADD', KEYS[4], now_ms() + stay, owner)
-    keep_for(KEYS[3], stay)
-    keep_for(KEYS[4], stay)
+    get_in_line(KEYS[3], KEYS[4], owner, stay)
+    longest_stay = math.max(longest_stay or stay, stay)
   end
+end
+if longest_stay then
+  line_lasts(KEYS[3], KEYS[4], longest_stay)
 end
 if held[1] == ARGV[1] and (ARGV[2] == '1' or held[2] == '1') and ARGV[3] == '0' then
   local chosen, chain = nil, tonumber(held[5] or '0')

@@ -1,5 +1,22 @@
--- Fair waiters' line: for the scripts that give locks back (see
--- prelude.lua).
+-- Fair waiters' line: for the scripts that put waiters in it or give
+-- locks back (see prelude.lua).
+
+-- Puts `owner` in the lock's line of fair waiters: `queue` scored by
+-- arrival, where a waiter already in line keeps its place (NX), and
+-- `alive`, where its place counts for `stay` ms from now unless it tries
+-- again. The caller makes both sets last (line_lasts), once for every
+-- waiter it puts in line.
+local function get_in_line(queue, alive, owner, stay)
+  redis.call('ZADD', queue, 'NX', arrival(), owner)
+  redis.call('ZADD', alive, now_ms() + stay, owner)
+end
+
+-- Makes the line's two sets live at least `stay` more ms (see keep_for):
+-- an abandoned line lapses on its own.
+local function line_lasts(queue, alive, stay)
+  keep_for(queue, stay)
+  keep_for(alive, stay)
+end
 
 -- What a release announces: the first owner id in the lock's queue of fair
 -- waiters that still counts as waiting (its time in `alive` has not run

@@ -189,7 +189,8 @@ static PERMIT_ACQUIRE: LazyLock<ScriptPair> = script!("permit_acquire.lua" @ GRA
 static READ_ACQUIRE: LazyLock<ScriptPair> =
     script!("read_acquire.lua" @ GRANTS, "fence.lua", "places.lua");
 static PLACE_RELEASE: LazyLock<ScriptPair> = script!("place_release.lua" @ KEEPS, "line.lua");
-static FAIR_ACQUIRE: LazyLock<ScriptPair> = script!("fair_acquire.lua" @ GRANTS, "fence.lua");
+static FAIR_ACQUIRE: LazyLock<ScriptPair> =
+    script!("fair_acquire.lua" @ GRANTS, "fence.lua", "line.lua");
 static FAIR_LEAVE: LazyLock<ScriptPair> = script!("fair_leave.lua" @ KEEPS, "line.lua");
 static FENCE_RAISE: LazyLock<ScriptPair> = script!("fence_raise.lua" @ GRANTS);
 static TURN_LEAVE: LazyLock<ScriptPair> = script!("turn_leave.lua" @ KEEPS);
