@@ -6,7 +6,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::{connect, contend, redlock_builder};
+use common::{connect, contend, redlock_builder, scripts_ran, within};
 use lock_runtime::{LockClient, LockError};
 use lock_testkit::{RedisServer, unique_key};
 
@@ -207,4 +207,49 @@ async fn a_semaphore_never_has_more_holders_than_permits() {
     let most = most.load(std::sync::atomic::Ordering::SeqCst);
     assert!(most <= 2, "{most} holders of 2 permits");
     assert_eq!(most, 2, "both permits were never used at once");
+}
+
+/// An acquisition whose quorum came too late to use the lock (the lease,
+/// less the drift margin, ran out before enough masters granted it) fails:
+/// what a master that had not answered by then grants afterwards is given
+/// back at once, as after any failed attempt, not left taken for its lease.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_grant_after_a_quorum_that_came_too_late_is_given_back() {
+    let masters = RedisServer::start_many(3);
+    let locks = connect(redlock_builder(&masters).command_timeout(Duration::from_secs(10))).await;
+    let name = unique_key("late-quorum");
+    let lease = Duration::from_secs(2);
+    masters[0].pause();
+    masters[1].pause();
+    let request = locks.lock(name.as_str()).lease(lease);
+    let attempt = tokio::spawn(request.try_acquire());
+    within(
+        &masters[2],
+        Duration::from_secs(5),
+        "the first grant",
+        async {
+            while !has_key(&masters[2], &name) {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        },
+    )
+    .await;
+    // The second grant, a quorum of two, comes after the lease is over.
+    tokio::time::sleep(lease + Duration::from_millis(200)).await;
+    masters[0].resume();
+    let outcome = within(&masters[0], Duration::from_secs(5), "the attempt", attempt).await;
+    assert!(
+        outcome.unwrap().unwrap().is_none(),
+        "a quorum too late holds nothing"
+    );
+
+    // The third master grants only now: given back well within its lease.
+    masters[1].resume();
+    within(&masters[1], lease / 2, "the late grant given back", async {
+        while scripts_ran(&masters[1]) < 2 || has_key(&masters[1], &name) {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await;
+    assert!(!has_key(&masters[0], &name) && !has_key(&masters[2], &name));
 }

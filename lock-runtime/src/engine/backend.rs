@@ -44,9 +44,9 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures_util::StreamExt;
 use futures_util::future::BoxFuture;
 use futures_util::stream::FuturesUnordered;
+use futures_util::{Stream, StreamExt};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
@@ -59,7 +59,7 @@ use crate::store::connection::USER_TIMEOUT;
 use crate::store::node::Node;
 use crate::store::scripts::calls::{Asker, Asking, Next};
 use crate::store::scripts::{
-    Acquire, Acquired, Call, Giving, HandedOn, Released, Renewing, Stored, Taken, calls,
+    Acquire, Acquired, Call, Giving, HandedOn, Released, Renewing, Stored, Taken, Undo, calls,
 };
 
 /// How the deployment is reached.
@@ -688,12 +688,15 @@ async fn acquire_by_slot(node: &Node, attempt: &Attempt<'_>) -> Result<Acquired,
 /// `needed` granted or can no longer grant (see the module docs). Grants of
 /// a failed attempt, and late ones, are given back.
 async fn on_quorum(nodes: &[Node], attempt: &Attempt<'_>) -> Result<Acquired, LockError> {
-    let (name, keys, times) = (attempt.name, attempt.locks, attempt.times);
+    let (name, times) = (attempt.name, attempt.times);
     let needed = needed(nodes.len(), attempt.stored().holders_at_once());
-    let call = attempt.calls(keys, true);
-    // The give-back, built only when some master's grant must be given
-    // back.
-    let (undo, locks) = (call.undo().clone(), call.locks());
+    let call = attempt.calls(attempt.locks, true);
+    let grants = Grants {
+        nodes,
+        name,
+        undo: call.undo().clone(),
+        locks: call.locks(),
+    };
     let started = Instant::now();
     let mut pending: FuturesUnordered<_> = nodes
         .iter()
@@ -704,135 +707,54 @@ async fn on_quorum(nodes: &[Node], attempt: &Attempt<'_>) -> Result<Acquired, Lo
             async move { (i, node.acquire(&name, &call, replicas).await) }
         })
         .collect();
-    let mut granted: Vec<(usize, Vec<Taken>)> = Vec::new();
-    let mut busy: Vec<(Option<Duration>, bool)> = Vec::new();
-    let mut errors: Vec<LockError> = Vec::new();
+    let mut answers = Answers::default();
     while let Some((i, outcome)) = pending.next().await {
-        match outcome {
-            Ok(Acquired::Held(taken)) => granted.push((i, taken)),
-            Ok(Acquired::Busy { ttl, quarantined }) => busy.push((ttl, quarantined)),
-            Err(err) => errors.push(err),
-        }
-        if granted.len() >= needed || granted.len() + pending.len() < needed {
+        answers.add(i, outcome);
+        if answers.granted.len() >= needed || answers.granted.len() + pending.len() < needed {
             break;
         }
     }
-    let give_back = |indices: Vec<usize>| {
-        // Nothing granted: nothing to give back, no call to build.
-        if indices.is_empty() {
-            return;
-        }
-        let undo = undo.clone();
-        let nodes: Vec<Node> = indices.iter().map(|&i| nodes[i].clone()).collect();
-        let name = name.to_owned();
-        tokio::spawn(async move {
-            let undo = undo.call();
-            for node in nodes {
-                if let Err(err) = node.release(&name, &undo, locks).await {
-                    tracing::debug!(key = %name, error = %Chain(&err), "giving back a partial grant failed; it expires after its lease");
-                }
-            }
-        });
-    };
-    let mut success = granted.len() >= needed;
-    // Masters still to answer: if the attempt failed, whatever they grant
-    // later is given back; if it held, their grants are renewed along.
-    if !pending.is_empty() {
-        let (undo, nodes, name) = (undo.clone(), nodes.to_vec(), name.to_owned());
-        let failed = !success;
-        tokio::spawn(async move {
-            while let Some((i, outcome)) = pending.next().await {
-                if failed
-                    && matches!(outcome, Ok(Acquired::Held(_)))
-                    && let Err(err) = nodes[i].release(&name, &undo.call(), locks).await
-                {
-                    tracing::debug!(key = %name, error = %Chain(&err), "giving back a late grant failed; it expires after its lease");
-                }
-            }
-        });
-    }
     // Validity: what is left of the lease once the slowest needed master
     // answered, less the drift margin.
-    if success && started.elapsed() + times.drift >= times.lease {
+    let mut held = answers.granted.len() >= needed;
+    if held && started.elapsed() + times.drift >= times.lease {
         tracing::debug!(key = %name, elapsed = ?started.elapsed(), "quorum reached too late to use the lock");
-        success = false;
+        held = false;
     }
-    if !success {
-        let split = !granted.is_empty();
-        give_back(granted.iter().map(|(i, _)| *i).collect());
-        if split {
+    if !held {
+        // Decided only now, after the lateness check: a grant from a master
+        // still to answer is given back, whether too few masters granted
+        // or a quorum came too late.
+        grants.give_back(answers.granting());
+        grants.await_late(pending, true);
+        if !answers.granted.is_empty() {
             // Contenders that split the masters between them would split
             // them again if all retried at once, woken by each other's give
             // backs: a random pause lets one of them go first (the Redlock
             // paper's random retry delay).
             tokio::time::sleep(split_pause()).await;
         }
-        // Masters that refused the request itself (a semaphore's number of
-        // permits that disagrees with the one they recorded).
-        let refused = errors
-            .iter()
-            .filter(|err| matches!(err, LockError::Config(_)))
-            .count();
-        if nodes.len() - refused < needed
-            && let Some(i) = errors
-                .iter()
-                .position(|err| matches!(err, LockError::Config(_)))
-        {
-            return Err(errors.swap_remove(i));
-        }
-        // A re-entry that masters found no longer its owner's, and that a
-        // quorum does not confirm: the lock is lost.
-        if let Some(i) = errors.iter().position(LockError::is_lost) {
-            return Err(errors.swap_remove(i));
-        }
-        let unreachable = errors.len();
-        if nodes.len() - unreachable < needed
-            && let Some(last) = errors.pop()
-        {
-            return Err(LockError::NoQuorum {
-                key: name.to_owned(),
-                needed,
-                nodes: nodes.len(),
-                unreachable,
-                last: Box::new(last),
-            });
-        }
-        let ttl = busy.iter().try_fold(Duration::ZERO, |longest, (ttl, _)| {
-            ttl.map(|t| longest.max(t))
-        });
-        let quarantined = !busy.is_empty() && busy.iter().all(|(_, quarantined)| *quarantined);
-        return Ok(Acquired::Busy { ttl, quarantined });
+        return answers.refusal(name, nodes.len(), needed);
     }
-    // One token and depth per lock: the largest any granting master gave.
-    let merged: Vec<Taken> = (0..keys.len())
-        .map(|lock| Taken {
-            fence: granted
-                .iter()
-                .map(|(_, t)| t[lock].fence)
-                .max()
-                .unwrap_or(0),
-            count: granted
-                .iter()
-                .map(|(_, t)| t[lock].count)
-                .max()
-                .unwrap_or(0),
-        })
-        .collect();
-    let counters: Vec<(&str, u64)> = keys
+    let merged = answers.merged(attempt.locks.len());
+    let counters: Vec<(&str, u64)> = attempt
+        .locks
         .iter()
         .zip(&merged)
         .map(|(keys, taken)| (&*keys.fence, taken.fence))
         .collect();
     let raise = calls::fence_raise(&counters);
     let raised = futures_util::future::join_all(
-        granted
+        answers
+            .granted
             .iter()
             .map(|(i, _)| nodes[*i].run::<i64>(Some(name), &raise)),
     )
     .await;
     let raised_on = raised.iter().filter(|r| r.is_ok()).count();
     if raised_on < needed {
-        give_back(granted.iter().map(|(i, _)| *i).collect());
+        grants.give_back(answers.granting());
+        grants.await_late(pending, true);
         let last = raised
             .into_iter()
             .find_map(Result::err)
@@ -846,7 +768,160 @@ async fn on_quorum(nodes: &[Node], attempt: &Attempt<'_>) -> Result<Acquired, Lo
             last,
         });
     }
+    grants.await_late(pending, false);
     Ok(Acquired::Held(merged))
+}
+
+/// The masters' answers to a Redlock acquisition, as far as it waited for
+/// them.
+#[derive(Default)]
+struct Answers {
+    /// Each master that granted it, by its place among the masters, and
+    /// what it granted (one per lock).
+    granted: Vec<(usize, Vec<Taken>)>,
+    /// Each master that found it busy: how long the lease in the way has
+    /// left, and whether only the restart quarantine was in the way.
+    busy: Vec<(Option<Duration>, bool)>,
+    errors: Vec<LockError>,
+}
+
+impl Answers {
+    fn add(&mut self, i: usize, outcome: Result<Acquired, LockError>) {
+        match outcome {
+            Ok(Acquired::Held(taken)) => self.granted.push((i, taken)),
+            Ok(Acquired::Busy { ttl, quarantined }) => self.busy.push((ttl, quarantined)),
+            Err(err) => self.errors.push(err),
+        }
+    }
+
+    /// The masters that granted it.
+    fn granting(&self) -> Vec<usize> {
+        self.granted.iter().map(|(i, _)| *i).collect()
+    }
+
+    /// One token and depth per lock: the largest any granting master gave.
+    fn merged(&self, locks: usize) -> Vec<Taken> {
+        (0..locks)
+            .map(|lock| Taken {
+                fence: self
+                    .granted
+                    .iter()
+                    .map(|(_, t)| t[lock].fence)
+                    .max()
+                    .unwrap_or(0),
+                count: self
+                    .granted
+                    .iter()
+                    .map(|(_, t)| t[lock].count)
+                    .max()
+                    .unwrap_or(0),
+            })
+            .collect()
+    }
+
+    /// What an attempt that did not hold answers, of `nodes` masters of
+    /// which `needed` had to grant it: the error that kept it from a
+    /// quorum, or busy for as long as the longest lease in the way.
+    fn refusal(mut self, name: &str, nodes: usize, needed: usize) -> Result<Acquired, LockError> {
+        // Masters that refused the request itself (a semaphore's number of
+        // permits that disagrees with the one they recorded).
+        let refused = self
+            .errors
+            .iter()
+            .filter(|err| matches!(err, LockError::Config(_)))
+            .count();
+        if nodes - refused < needed
+            && let Some(i) = self
+                .errors
+                .iter()
+                .position(|err| matches!(err, LockError::Config(_)))
+        {
+            return Err(self.errors.swap_remove(i));
+        }
+        // A re-entry that masters found no longer its owner's, and that a
+        // quorum does not confirm: the lock is lost.
+        if let Some(i) = self.errors.iter().position(LockError::is_lost) {
+            return Err(self.errors.swap_remove(i));
+        }
+        let unreachable = self.errors.len();
+        if nodes - unreachable < needed
+            && let Some(last) = self.errors.pop()
+        {
+            return Err(LockError::NoQuorum {
+                key: name.to_owned(),
+                needed,
+                nodes,
+                unreachable,
+                last: Box::new(last),
+            });
+        }
+        let ttl = self
+            .busy
+            .iter()
+            .try_fold(Duration::ZERO, |longest, (ttl, _)| {
+                ttl.map(|t| longest.max(t))
+            });
+        let quarantined =
+            !self.busy.is_empty() && self.busy.iter().all(|(_, quarantined)| *quarantined);
+        Ok(Acquired::Busy { ttl, quarantined })
+    }
+}
+
+/// What a Redlock acquisition was granted, on which masters, to give back
+/// when it did not hold.
+struct Grants<'a> {
+    nodes: &'a [Node],
+    name: &'a str,
+    /// The give-back, built only when some master's grant must be given
+    /// back.
+    undo: Undo,
+    locks: usize,
+}
+
+impl Grants<'_> {
+    /// Gives back, in a task of its own, what the masters `granting` (by
+    /// their place among the masters) granted.
+    fn give_back(&self, granting: Vec<usize>) {
+        // Nothing granted: nothing to give back, no call to build.
+        if granting.is_empty() {
+            return;
+        }
+        let (undo, locks, name) = (self.undo.clone(), self.locks, self.name.to_owned());
+        let nodes: Vec<Node> = granting.iter().map(|&i| self.nodes[i].clone()).collect();
+        tokio::spawn(async move {
+            let undo = undo.call();
+            for node in nodes {
+                if let Err(err) = node.release(&name, &undo, locks).await {
+                    tracing::debug!(key = %name, error = %Chain(&err), "giving back a partial grant failed; it expires after its lease");
+                }
+            }
+        });
+    }
+
+    /// Waits, in a task of its own, for the masters that had not answered
+    /// when the outcome was known: when the attempt `failed`, whatever
+    /// they grant is given back; when it held, their grants stay, renewed
+    /// along with the others.
+    fn await_late<S>(&self, mut pending: S, failed: bool)
+    where
+        S: Stream<Item = (usize, Result<Acquired, LockError>)> + Send + Unpin + 'static,
+    {
+        if pending.size_hint().1 == Some(0) {
+            return;
+        }
+        let (undo, locks, name) = (self.undo.clone(), self.locks, self.name.to_owned());
+        let nodes = self.nodes.to_vec();
+        tokio::spawn(async move {
+            while let Some((i, outcome)) = pending.next().await {
+                if failed
+                    && matches!(outcome, Ok(Acquired::Held(_)))
+                    && let Err(err) = nodes[i].release(&name, &undo.call(), locks).await
+                {
+                    tracing::debug!(key = %name, error = %Chain(&err), "giving back a late grant failed; it expires after its lease");
+                }
+            }
+        });
+    }
 }
 
 /// A random pause of 1 to 25 ms.
