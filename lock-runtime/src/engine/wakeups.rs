@@ -347,6 +347,22 @@ impl Watch {
             .all(|channel| *channel.ready.borrow() == Readiness::Subscribed)
     }
 
+    /// Goes on under the owner id `owner`: a fair waiter that gave up its
+    /// old id (see `Wait::new_owner`) is woken by releases that name the
+    /// new one. Its notification stays the same, so that what registered
+    /// for it before still wakes.
+    pub(crate) fn rename(&mut self, owner: &Arc<str>) {
+        let (Wake::Named(old), Some(own)) = (&self.wake, &self.own) else {
+            return;
+        };
+        for channel in &self.channels {
+            let mut named = channel.named();
+            named.remove(old);
+            named.insert(owner.clone(), own.clone());
+        }
+        self.wake = Wake::Named(owner.clone());
+    }
+
     /// Records that the waiter got its lock.
     pub(crate) fn acquired(&self) {
         self.acquired.store(true, Ordering::Relaxed);
@@ -420,6 +436,21 @@ impl Drop for Watch {
                 }
             }
         }
+    }
+}
+
+impl Wakeups {
+    /// Routes a release message on `channel` as if it had come from Redis.
+    #[cfg(test)]
+    pub(crate) fn deliver(&self, channel: &str, payload: &str) {
+        let push = PushInfo {
+            kind: PushKind::Message,
+            data: vec![
+                Value::BulkString(channel.as_bytes().to_vec()),
+                Value::BulkString(payload.as_bytes().to_vec()),
+            ],
+        };
+        dispatch(&self.channels, &self.commands, 0, push);
     }
 }
 

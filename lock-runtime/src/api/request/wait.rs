@@ -222,6 +222,9 @@ impl<'a> Wait<'a> {
     /// error, or the deadline passed), or sleep until the holder's lease
     /// would run out, a retry after an error, or a fallback poll.
     pub(super) fn judge(&mut self, attempt: Result<Outcome, LockError>, now: Instant) -> Step {
+        // A give-back that got no answer (see `Outcome::Abandon`), which
+        // the arm for unanswered calls below also takes.
+        let abandoned = matches!(attempt, Ok(Outcome::Abandon(_)));
         let mut wake = match attempt {
             Ok(Outcome::Taken(guard)) => {
                 self.unsettled.settle();
@@ -248,7 +251,8 @@ impl<'a> Wait<'a> {
                 // grant too late, one not confirmed by replicas or a
                 // quorum): arriving late, it could free a later grant to the
                 // same owner id.
-                let kept = self.fair()
+                let kept = !abandoned
+                    && self.fair()
                     && matches!(
                         err,
                         LockError::Unavailable { .. } | LockError::CommandTimeout { .. }
@@ -367,6 +371,8 @@ impl<'a> Wait<'a> {
         self.owner = self.request.abandon(self.keys, self.owner.clone());
         Waiting::new_owner(&mut self.marked, &self.owner);
         Waiting::new_owner(&mut self.in_line, &self.owner);
+        // A fair waiter is woken by releases that name it: by its new id.
+        self.watch.rename(&self.owner);
     }
 
     /// The error for a wait that ended without the locks.
@@ -514,6 +520,36 @@ mod tests {
             assert_eq!(until, now + fair_retry(wait.request.lease));
             wait.take_answer(Some(Answer::Unknown).into()).await;
             assert_eq!(wait.owner, before);
+        })
+        .await;
+    }
+
+    #[tokio::test]
+    async fn a_fair_waiter_whose_late_grant_was_not_given_back_goes_on_under_a_new_owner_id() {
+        let locks = LockClient::in_memory().await.unwrap();
+        let request = locks
+            .fair_lock("wait:abandon")
+            .wait(Duration::from_secs(60));
+        waiting(request, async |wait| {
+            let before = wait.owner.clone();
+            // A grant too late to be held, whose give-back got no answer: a
+            // give-back arriving late would free a later grant to the same
+            // owner id, so that id is not used again.
+            let now = Instant::now();
+            let step = wait.judge(Ok(Outcome::Abandon(timed_out())), now);
+            assert!(
+                matches!(step, Step::SleepUntil(_)),
+                "retried within the wait"
+            );
+            assert_ne!(wait.owner, before);
+            // Releases that name the new owner id wake it.
+            let notifier = wait.watch.notifier();
+            let woken = notifier.notify().notified();
+            let channel = wait.keys[0].channel();
+            wait.request.client.wakeups.deliver(&channel, &wait.owner);
+            tokio::time::timeout(Duration::from_secs(5), woken)
+                .await
+                .expect("a release naming the new owner id wakes the waiter");
         })
         .await;
     }
