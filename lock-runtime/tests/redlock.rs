@@ -253,3 +253,49 @@ async fn a_grant_after_a_quorum_that_came_too_late_is_given_back() {
     .await;
     assert!(!has_key(&masters[0], &name) && !has_key(&masters[2], &name));
 }
+
+/// A release that reaches fewer than a majority of masters leaves the lock
+/// where most of them keep it, taken until its lease runs out: it fails,
+/// and is sent again in the background until a majority answers. Whether
+/// the others fail last (stopped: timed out) or first (dead: refused).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_answered_by_a_minority_of_masters_fails() {
+    let mut masters = RedisServer::start_many(3);
+    let locks = redlock(&masters).await;
+    let name = unique_key("minority-release");
+    let guard = locks
+        .lock(name.as_str())
+        .lease(Duration::from_secs(30))
+        .acquire()
+        .await
+        .expect("acquire");
+    masters[0].pause();
+    masters[1].pause();
+    let released = guard.release().await;
+    assert!(
+        matches!(&released, Err(err @ LockError::NoQuorum { .. }) if err.is_unavailable()),
+        "{released:?}"
+    );
+    masters[0].resume();
+    masters[1].resume();
+    within(
+        &masters[0],
+        Duration::from_secs(10),
+        "given back everywhere",
+        async {
+            while masters.iter().any(|master| has_key(master, &name)) {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        },
+    )
+    .await;
+
+    let guard = locks.lock(name.as_str()).acquire().await.expect("acquire");
+    masters[0].kill();
+    masters[1].kill();
+    let released = guard.release().await;
+    assert!(
+        matches!(&released, Err(LockError::NoQuorum { .. })),
+        "{released:?}"
+    );
+}

@@ -446,7 +446,8 @@ impl Backend {
     /// Redlock on every master, answering once a majority did (a stopped
     /// master must not make every release wait for its timeout; the other
     /// calls go on in the background). One result per store that answered,
-    /// each with one value per lock; the last error if none did.
+    /// each with one value per lock; the last error if none did, and on
+    /// Redlock [`LockError::NoQuorum`] if fewer than a majority did.
     async fn everywhere<T: Copy + Default + Send + 'static>(
         &self,
         name: &str,
@@ -496,6 +497,24 @@ impl Backend {
                 }
                 if !pending.is_empty() {
                     tokio::spawn(async move { while pending.next().await.is_some() {} });
+                }
+                // Fewer than a majority answered (every master did, the
+                // others with errors): a release left the lock where most
+                // masters keep it, taken until its lease runs out, so it
+                // failed, and one that must be sent again (`retire`, a last
+                // release) is.
+                let answered = outcomes.iter().filter(|o| o.is_ok()).count();
+                if answered < enough
+                    && let Some(i) = outcomes.iter().rposition(Result::is_err)
+                    && let Err(last) = outcomes.swap_remove(i)
+                {
+                    return Err(LockError::NoQuorum {
+                        key: name.to_owned(),
+                        needed: enough,
+                        nodes: nodes.len(),
+                        unreachable: nodes.len() - answered,
+                        last: Box::new(last),
+                    });
                 }
                 successes(outcomes)
             }
