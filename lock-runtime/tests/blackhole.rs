@@ -81,3 +81,51 @@ async fn a_subscriber_that_stops_answering_is_replaced() {
     );
     ok(&server, guard.release().await);
 }
+
+/// A subscription that fails on a connection whose packets vanish (the
+/// store's first sign of it, before any check) has the connection replaced
+/// and every waiter's channels subscribed again on the new one: a waiter
+/// that was subscribed before is woken by the next release, not left
+/// asleep until the holder's lease runs out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_subscription_that_fails_replaces_the_subscriber() {
+    let server = RedisServer::start();
+    let proxy = Proxy::start(server.port()).await.expect("proxy");
+    let waiting = client_through(&proxy).await;
+    let holder = common::client(&server).await;
+    let (first, second) = (unique_key("subscribed"), unique_key("subscribing"));
+    let lease = Duration::from_secs(60);
+    let hold = |name: &str| holder.lock(name).lease(lease).acquire();
+    let held = ok(&server, hold(&first).await);
+    let _other = ok(&server, hold(&second).await);
+    let waiter = common::spawn_acquire(waiting.lock(first.as_str()).wait(Duration::from_secs(40)));
+    let channel = format!("{}:released", common::lock_key(&first));
+    let subscribed = async {
+        while server.cli(&["PUBSUB", "NUMSUB", &channel]).lines().nth(1) != Some("1") {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    };
+    common::within(
+        &server,
+        Duration::from_secs(5),
+        "the waiter subscribed",
+        subscribed,
+    )
+    .await;
+    // The waiter's connections go dead; the next subscription, for a
+    // waiter of another lock, is the first to find out (checks come every
+    // 5 s: the release comes before the next one).
+    proxy.strand();
+    let _late = common::spawn_acquire(waiting.lock(second.as_str()).wait(Duration::from_secs(40)));
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let released = Instant::now();
+    ok(&server, held.release().await);
+    let (taken_at, guard) = waiter.await.unwrap();
+    let guard = ok(&server, guard);
+    let after = taken_at.saturating_duration_since(released);
+    assert!(
+        after < Duration::from_secs(10),
+        "took {after:?} after the release"
+    );
+    ok(&server, guard.release().await);
+}

@@ -608,15 +608,24 @@ impl Stores {
         self.live.iter().filter(|live| **live).count() >= self.needed
     }
 
-    /// Subscribes the live stores to `names`; true if enough confirmed.
+    /// Subscribes the live stores to `names`; true if enough confirmed. A
+    /// store that fails is replaced with a fresh connection, which
+    /// `resubscribe` subscribes to every channel: a connection whose packets
+    /// vanish may fail a subscription before any check asks it to answer,
+    /// and checks ask only live stores.
     async fn subscribe(&mut self, names: &[&str]) -> bool {
         for (subscriber, live) in self.subscribers.iter_mut().zip(self.live.iter_mut()) {
             if *live && let Err(err) = subscriber.subscribe(names).await {
-                tracing::warn!(error = %Chain(&err), "subscribing to release channels failed");
+                tracing::warn!(error = %Chain(&err), "subscribing to release channels failed; reconnecting");
+                subscriber.replace().await;
                 *live = false;
             }
         }
         self.enough()
+    }
+
+    fn live(&self) -> usize {
+        self.live.iter().filter(|live| **live).count()
     }
 }
 
@@ -678,13 +687,23 @@ async fn subscriber(
                         }
                     }
                     let names: Vec<&str> = group.iter().map(|c| c.name.as_str()).collect();
+                    let live = stores.live();
                     let readiness = if stores.subscribe(&names).await {
                         Readiness::Subscribed
                     } else {
+                        // Too few stores left for any channel, not only
+                        // these: their waiters look again on their own
+                        // until the stores are back (see `resubscribe`).
+                        for channel in channels.all() {
+                            channel.ready.send_replace(Readiness::Failed);
+                        }
                         Readiness::Failed
                     };
                     for channel in group {
                         channel.ready.send_replace(readiness);
+                    }
+                    if stores.live() < live {
+                        delay = RESUBSCRIBE_FIRST;
                     }
                 }
                 Command::Unsubscribe(name) => {
@@ -734,9 +753,13 @@ async fn resubscribe(stores: &mut Stores, channels: &Channels) -> bool {
         if *live {
             continue;
         }
+        let mut subscribing = false;
         let outcome = match subscriber.reconnect().await {
             Ok(()) if names.is_empty() => Ok(()),
-            Ok(()) => subscriber.subscribe(&names).await,
+            Ok(()) => {
+                subscribing = true;
+                subscriber.subscribe(&names).await
+            }
             Err(err) => Err(err),
         };
         match outcome {
@@ -745,7 +768,15 @@ async fn resubscribe(stores: &mut Stores, channels: &Channels) -> bool {
                 back = true;
                 tracing::debug!(node, channels = all.len(), "resubscribed after reconnect");
             }
-            Err(err) => tracing::debug!(node, error = %Chain(&err), "resubscribe failed; retrying"),
+            Err(err) => {
+                tracing::debug!(node, error = %Chain(&err), "resubscribe failed; retrying");
+                // The connection took the subscription and did not
+                // answer: the next try goes on a fresh one, as after a
+                // subscription that failed (see `Stores::subscribe`).
+                if subscribing {
+                    subscriber.replace().await;
+                }
+            }
         }
     }
     if back && stores.enough() {
