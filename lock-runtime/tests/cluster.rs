@@ -232,3 +232,68 @@ async fn a_killed_master_keeps_replicated_locks_and_tells_of_the_others() {
     assert_eq!(run.overlaps, 0);
     assert_eq!(run.count, 40, "{:?}", run.errors);
 }
+
+/// Locks in two slots: the first slot taken, the second busy, and the give
+/// back of the first left unanswered (its master stopped). That give-back
+/// may still run, and would free a later grant to the same owner id, so
+/// the waiter goes on under a new one, and takes both under it once they
+/// are free.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_multi_slot_give_back_left_unanswered_is_not_followed_by_the_same_owner_id() {
+    let cluster = start_cluster(3, 0);
+    // Stops stay under the cluster's node timeout (1 s), which would mark
+    // the master failed.
+    let builder = || cluster_builder(&cluster).command_timeout(Duration::from_millis(300));
+    let (a, b) = (connect(builder()).await, connect(builder()).await);
+    let slot = |name: &str, master: usize| -> u64 {
+        let slot = cluster
+            .node(master)
+            .cli(&["CLUSTER", "KEYSLOT", &lock_key(name)]);
+        slot.parse().unwrap()
+    };
+    let mut two: Vec<(String, usize)> =
+        names_on_every_master(&cluster, &unique_key("unanswered"))[..2].to_vec();
+    two.sort_by_key(|(name, master)| slot(name, *master));
+    let [(first, first_master), (second, second_master)] = [two[0].clone(), two[1].clone()];
+    let owner_of_first = || {
+        cluster
+            .node(first_master)
+            .cli(&["HGET", &lock_key(&first), "owner"])
+    };
+
+    let held = b
+        .lock(second.as_str())
+        .acquire()
+        .await
+        .expect("held elsewhere");
+    cluster.node(second_master).pause();
+    let both = a
+        .lock_all([first.clone(), second.clone()])
+        .wait(Duration::from_secs(20));
+    let waiter = spawn_acquire(both);
+    let started = Instant::now();
+    while cluster
+        .node(first_master)
+        .cli(&["EXISTS", &lock_key(&first)])
+        == "0"
+    {
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "first slot not taken"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let before = owner_of_first();
+    // The second slot answers busy; the give-back of the first goes
+    // unanswered for longer than the command timeout.
+    cluster.node(first_master).pause();
+    cluster.node(second_master).resume();
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    cluster.node(first_master).resume();
+
+    held.release().await.expect("release");
+    let (_, outcome) = waiter.await.expect("waiter");
+    let guard = outcome.expect("both once free");
+    assert_ne!(owner_of_first(), before, "the owner id was used again");
+    guard.release().await.expect("release");
+}

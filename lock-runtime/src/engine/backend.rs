@@ -688,15 +688,32 @@ async fn acquire_by_slot(node: &Node, attempt: &Attempt<'_>) -> Result<Acquired,
                 taken_slots.push(call);
             }
             other => {
+                let mut unanswered = None;
                 for slot in taken_slots {
                     if let Err(err) = node
                         .release(attempt.name, &slot.undo().call(), slot.locks())
                         .await
                     {
-                        tracing::debug!(key = %attempt.name, error = %Chain(&err), "giving back part of a multi-slot acquisition failed; it expires after its lease");
+                        tracing::debug!(key = %attempt.name, error = %Chain(&err), "giving back part of a multi-slot acquisition failed");
+                        unanswered = Some(err);
                     }
                 }
-                return other;
+                // A give-back that failed may still run, or not: the owner
+                // id may hold those slots, and a give-back arriving late
+                // would free them under a later grant to it. So the attempt
+                // fails as unanswered (unless it did already), and the
+                // caller gives back what the owner id may hold and goes on
+                // under a new one, as after a grant too late whose
+                // give-back failed (see `LockRequest::grant`).
+                return match unanswered {
+                    Some(err)
+                        if err.is_unavailable()
+                            && !matches!(&other, Err(e) if e.is_unavailable()) =>
+                    {
+                        Err(err)
+                    }
+                    _ => other,
+                };
             }
         }
     }
