@@ -243,7 +243,7 @@ async fn a_multi_slot_give_back_left_unanswered_is_not_followed_by_the_same_owne
     let cluster = start_cluster(3, 0);
     // Stops stay under the cluster's node timeout (1 s), which would mark
     // the master failed.
-    let builder = || cluster_builder(&cluster).command_timeout(Duration::from_millis(300));
+    let builder = || cluster_builder(&cluster).command_timeout(Duration::from_millis(200));
     let (a, b) = (connect(builder()).await, connect(builder()).await);
     let slot = |name: &str, master: usize| -> u64 {
         let slot = cluster
@@ -288,7 +288,7 @@ async fn a_multi_slot_give_back_left_unanswered_is_not_followed_by_the_same_owne
     // unanswered for longer than the command timeout.
     cluster.node(first_master).pause();
     cluster.node(second_master).resume();
-    tokio::time::sleep(Duration::from_millis(800)).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
     cluster.node(first_master).resume();
 
     held.release().await.expect("release");

@@ -318,7 +318,7 @@ async fn a_fair_lock_is_not_handed_past_the_first_in_line_of_another_client() {
 /// tasks waits in line get in line with the holder's release (handoff.lua),
 /// behind that one, which is handed the lock; the line they are left in
 /// lapses by itself if it is abandoned, after their own stay in line (here
-/// 3 s, where the first waiter's short lease keeps its place for 250 ms
+/// 3 s, where the first waiter's shorter lease keeps its place for 1 s
 /// only). On one thread, the two newcomers run until they wait to join a
 /// release, the release then takes them, and the line is read before any
 /// waiter runs again.
@@ -333,7 +333,7 @@ async fn waiters_that_join_a_release_get_in_line_for_their_own_stay() {
             .wait(Duration::from_secs(10))
     };
     let held = ok(&server, fair(30_000).acquire().await);
-    let first = spawn_acquire(fair(500));
+    let first = spawn_acquire(fair(2_000));
     until_in_line(&server, &name, "1", Duration::from_secs(5)).await;
     let (second, third) = (spawn_acquire(fair(30_000)), spawn_acquire(fair(30_000)));
     tokio::task::yield_now().await;
@@ -354,7 +354,7 @@ async fn waiters_that_join_a_release_get_in_line_for_their_own_stay() {
     for set in [queue.clone(), format!("{queue}:alive")] {
         let ttl = server.cli(&["PTTL", &set]);
         assert!(
-            ttl.parse::<u64>().unwrap() > 1_000,
+            ttl.parse::<u64>().unwrap() > 2_000,
             "{set} expires in {ttl} ms"
         );
     }

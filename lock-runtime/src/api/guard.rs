@@ -428,8 +428,9 @@ impl LockGuard {
     ///
     /// [`LockError::Lost`] when the lock was lost before the release, or
     /// found already expired or taken over; connection errors when Redis
-    /// could not be told. The last guard's release is then sent again in
-    /// the background until Redis answers (for ten minutes at most; the
+    /// could not be told (on Redlock, fewer than a majority of masters:
+    /// [`LockError::NoQuorum`]). The last guard's release is then sent again
+    /// in the background until Redis answers (for ten minutes at most; the
     /// lock expires after its lease if Redis never does): a stalled server
     /// does not leave the lock taken by nobody for its lease.
     pub async fn release(mut self) -> Result<(), LockError> {
@@ -515,8 +516,9 @@ async fn end(
 }
 
 /// A last release that failed without saying whether it ran (Redis
-/// stalled, the connection dropped) may have left the locks taken: it is
-/// sent again in the background until Redis answers it (see
+/// stalled, the connection dropped; on Redlock, too few masters) may have
+/// left the locks taken: it is sent again in the background until Redis
+/// (a majority of masters) answers it (see
 /// [`Backend::retire`]), so that a stall does not leave them taken by
 /// nobody for their lease. Their owner id is done with them, so retiring
 /// it refuses nothing anyone will ask for, unless it still holds the other

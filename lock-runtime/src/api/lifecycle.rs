@@ -125,8 +125,9 @@ impl LockClient {
     ///
     /// # Errors
     ///
-    /// The first error of a give-back Redis could not be told of; those
-    /// locks expire after their leases.
+    /// The first error of a give-back Redis could not be told of (on
+    /// Redlock, fewer than a majority of masters answered:
+    /// [`LockError::NoQuorum`]); those locks expire after their leases.
     pub async fn shutdown(&self) -> Result<(), LockError> {
         let inner = &self.inner;
         if inner.closed.swap(true, Ordering::AcqRel) {

@@ -13,7 +13,10 @@
 //! acquisition is given back too.
 //!
 //! A renewal holds where `needed` masters renewed; a lock is lost when so
-//! many masters no longer have it that `needed` cannot be reached.
+//! many masters no longer have it that `needed` cannot be reached. A release
+//! (a give-back too) is done once a majority of masters answered it; with
+//! fewer, it fails ([`LockError::NoQuorum`]): the others keep the lock, and
+//! a release that must be sent again is.
 //!
 //! **Fencing tokens.** Each master counts on its own, so the largest token
 //! among the granting masters is taken, and then written back to them
@@ -446,8 +449,9 @@ impl Backend {
     /// Redlock on every master, answering once a majority did (a stopped
     /// master must not make every release wait for its timeout; the other
     /// calls go on in the background). One result per store that answered,
-    /// each with one value per lock; the last error if none did, and on
-    /// Redlock [`LockError::NoQuorum`] if fewer than a majority did.
+    /// each with one value per lock; the last error if none did. On
+    /// Redlock, fewer than a majority answering is a failure: a master's
+    /// refusal as it is, otherwise [`LockError::NoQuorum`].
     async fn everywhere<T: Copy + Default + Send + 'static>(
         &self,
         name: &str,
@@ -502,19 +506,24 @@ impl Backend {
                 // others with errors): a release left the lock where most
                 // masters keep it, taken until its lease runs out, so it
                 // failed, and one that must be sent again (`retire`, a last
-                // release) is.
+                // release) is, unless a master refused it for good.
                 let answered = outcomes.iter().filter(|o| o.is_ok()).count();
-                if answered < enough
-                    && let Some(i) = outcomes.iter().rposition(Result::is_err)
-                    && let Err(last) = outcomes.swap_remove(i)
-                {
-                    return Err(LockError::NoQuorum {
-                        key: name.to_owned(),
-                        needed: enough,
-                        nodes: nodes.len(),
-                        unreachable: nodes.len() - answered,
-                        last: Box::new(last),
-                    });
+                if answered < enough {
+                    let mut errors: Vec<LockError> =
+                        outcomes.into_iter().filter_map(Result::err).collect();
+                    if let Some(i) = errors.iter().position(|err| !err.is_unavailable()) {
+                        return Err(errors.swap_remove(i));
+                    }
+                    if let Some(last) = errors.pop() {
+                        return Err(LockError::NoQuorum {
+                            key: name.to_owned(),
+                            needed: enough,
+                            nodes: nodes.len(),
+                            unreachable: nodes.len() - answered,
+                            last: Box::new(last),
+                        });
+                    }
+                    return Ok(Vec::new());
                 }
                 successes(outcomes)
             }
@@ -700,19 +709,17 @@ async fn acquire_by_slot(node: &Node, attempt: &Attempt<'_>) -> Result<Acquired,
                 }
                 // A give-back that failed may still run, or not: the owner
                 // id may hold those slots, and a give-back arriving late
-                // would free them under a later grant to it. So the attempt
-                // fails as unanswered (unless it did already), and the
-                // caller gives back what the owner id may hold and goes on
-                // under a new one, as after a grant too late whose
-                // give-back failed (see `LockRequest::grant`).
-                return match unanswered {
-                    Some(err)
-                        if err.is_unavailable()
-                            && !matches!(&other, Err(e) if e.is_unavailable()) =>
-                    {
-                        Err(err)
-                    }
-                    _ => other,
+                // would free them under a later grant to it. So a busy
+                // attempt fails as unanswered instead, and the caller
+                // gives back what the owner id may hold and goes on under a
+                // new one, as after a grant too late whose give-back failed
+                // (see `LockRequest::grant`).
+                return match (other, unanswered) {
+                    // Busy would settle the owner id; an error is reported
+                    // as it is (and one that leaves the outcome open
+                    // retires the owner id too).
+                    (Ok(_), Some(err)) if err.is_unavailable() => Err(err),
+                    (other, _) => other,
                 };
             }
         }

@@ -544,15 +544,17 @@ impl Subscriber {
         matches!(answer.await, Ok(Ok(_)))
     }
 
-    /// Replaces a connection that stopped answering with a fresh one.
-    async fn replace(&mut self) {
+    /// Replaces a connection that stopped answering with a fresh one; false
+    /// when it cannot be (redis-rs keeps a Cluster's connections itself).
+    async fn replace(&mut self) -> bool {
         match self {
             Subscriber::Manager(conn) => conn.reconnect(),
             Subscriber::Following(conn) => conn.reconnect().await,
-            Subscriber::Cluster(_) => {}
+            Subscriber::Cluster(_) => return false,
             #[cfg(feature = "memory")]
-            Subscriber::Memory(_) => {}
+            Subscriber::Memory(_) => return false,
         }
+        true
     }
 
     /// Before subscribing again: find the master anew if it may have
@@ -608,24 +610,24 @@ impl Stores {
         self.live.iter().filter(|live| **live).count() >= self.needed
     }
 
-    /// Subscribes the live stores to `names`; true if enough confirmed. A
-    /// store that fails is replaced with a fresh connection, which
-    /// `resubscribe` subscribes to every channel: a connection whose packets
-    /// vanish may fail a subscription before any check asks it to answer,
-    /// and checks ask only live stores.
-    async fn subscribe(&mut self, names: &[&str]) -> bool {
+    /// Subscribes the live stores to `names`: whether enough confirmed,
+    /// and whether a store's connection was replaced. A store that fails
+    /// waits for `resubscribe`, which subscribes it to every channel; one
+    /// whose connection went dead (no answer, or dropped) gets a fresh one
+    /// first: a connection whose packets vanish may fail a subscription
+    /// before any check asks it to answer, and checks ask only live stores.
+    async fn subscribe(&mut self, names: &[&str]) -> (bool, bool) {
+        let mut replaced = false;
         for (subscriber, live) in self.subscribers.iter_mut().zip(self.live.iter_mut()) {
             if *live && let Err(err) = subscriber.subscribe(names).await {
-                tracing::warn!(error = %Chain(&err), "subscribing to release channels failed; reconnecting");
-                subscriber.replace().await;
+                tracing::warn!(error = %Chain(&err), "subscribing to release channels failed");
+                if went_dead(&err) {
+                    replaced |= subscriber.replace().await;
+                }
                 *live = false;
             }
         }
-        self.enough()
-    }
-
-    fn live(&self) -> usize {
-        self.live.iter().filter(|live| **live).count()
+        (self.enough(), replaced)
     }
 }
 
@@ -687,23 +689,26 @@ async fn subscriber(
                         }
                     }
                     let names: Vec<&str> = group.iter().map(|c| c.name.as_str()).collect();
-                    let live = stores.live();
-                    let readiness = if stores.subscribe(&names).await {
+                    let (enough, replaced) = stores.subscribe(&names).await;
+                    if replaced {
+                        // A replaced connection lost every subscription it
+                        // carried: with too few stores left, every waiter
+                        // looks again on its own until `resubscribe` is
+                        // done, as after a dropped connection.
+                        if !enough {
+                            for channel in channels.all() {
+                                channel.ready.send_replace(Readiness::Failed);
+                            }
+                        }
+                        delay = RESUBSCRIBE_FIRST;
+                    }
+                    let readiness = if enough {
                         Readiness::Subscribed
                     } else {
-                        // Too few stores left for any channel, not only
-                        // these: their waiters look again on their own
-                        // until the stores are back (see `resubscribe`).
-                        for channel in channels.all() {
-                            channel.ready.send_replace(Readiness::Failed);
-                        }
                         Readiness::Failed
                     };
                     for channel in group {
                         channel.ready.send_replace(readiness);
-                    }
-                    if stores.live() < live {
-                        delay = RESUBSCRIBE_FIRST;
                     }
                 }
                 Command::Unsubscribe(name) => {
@@ -730,6 +735,12 @@ async fn subscriber(
     }
 }
 
+/// Whether a failed call says its connection went dead (no answer in
+/// time, or dropped), rather than that Redis refused it.
+fn went_dead(err: &redis::RedisError) -> bool {
+    err.is_timeout() || err.is_io_error() || err.is_connection_dropped()
+}
+
 /// How often the subscriber connections are asked to answer.
 pub(crate) const CHECK_EVERY: Duration = Duration::from_secs(5);
 
@@ -753,13 +764,9 @@ async fn resubscribe(stores: &mut Stores, channels: &Channels) -> bool {
         if *live {
             continue;
         }
-        let mut subscribing = false;
         let outcome = match subscriber.reconnect().await {
             Ok(()) if names.is_empty() => Ok(()),
-            Ok(()) => {
-                subscribing = true;
-                subscriber.subscribe(&names).await
-            }
+            Ok(()) => subscriber.subscribe(&names).await,
             Err(err) => Err(err),
         };
         match outcome {
@@ -770,10 +777,9 @@ async fn resubscribe(stores: &mut Stores, channels: &Channels) -> bool {
             }
             Err(err) => {
                 tracing::debug!(node, error = %Chain(&err), "resubscribe failed; retrying");
-                // The connection took the subscription and did not
-                // answer: the next try goes on a fresh one, as after a
-                // subscription that failed (see `Stores::subscribe`).
-                if subscribing {
+                // The next try goes on a fresh connection if this one went
+                // dead meanwhile (see `Stores::subscribe`).
+                if went_dead(&err) {
                     subscriber.replace().await;
                 }
             }

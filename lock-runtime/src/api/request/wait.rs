@@ -112,8 +112,9 @@ pub(super) struct Wait<'a> {
 }
 
 impl<'a> Wait<'a> {
-    /// A fair waiter: one that waits in line (and keeps its place, and so
-    /// its owner id, to the end: the place is only ever marked taken).
+    /// A fair waiter: one that waits in line (and keeps its place to the
+    /// end: the place is only ever marked taken; it moves with the owner id
+    /// when the waiter must take a new one, see `Waiting::new_owner`).
     fn fair(&self) -> bool {
         self.in_line.is_some()
     }
