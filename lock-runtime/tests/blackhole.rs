@@ -7,7 +7,7 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::{builder_for, connect, ok};
-use lock_runtime::LockClient;
+use lock_runtime::{LockClient, LockGuard};
 use lock_testkit::{Proxy, RedisServer, unique_key};
 
 /// A client that reaches `server` only through `proxy`: the test settings,
@@ -15,6 +15,25 @@ use lock_testkit::{Proxy, RedisServer, unique_key};
 async fn client_through(proxy: &Proxy) -> LockClient {
     connect(builder_for(proxy.url()).command_timeout(Duration::from_millis(300))).await
 }
+
+/// Releases `held` and checks that `waiter`, whose connections went dead,
+/// takes the lock soon after (well before the holder's lease would have
+/// run out), then gives it back.
+async fn released_wakes(server: &RedisServer, held: LockGuard, waiter: Waiter) {
+    let released = Instant::now();
+    ok(server, held.release().await);
+    let (taken_at, guard) = waiter.await.unwrap();
+    let guard = ok(server, guard);
+    let after = taken_at.saturating_duration_since(released);
+    assert!(
+        after < Duration::from_secs(10),
+        "took {after:?} after the release"
+    );
+    ok(server, guard.release().await);
+}
+
+/// A task waiting for a lock (see `common::spawn_acquire`).
+type Waiter = tokio::task::JoinHandle<(Instant, Result<LockGuard, lock_runtime::LockError>)>;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_command_connection_that_stops_answering_is_replaced() {
@@ -70,16 +89,7 @@ async fn a_subscriber_that_stops_answering_is_replaced() {
     // Released after the subscriber was checked (every 5 s): only a fresh
     // subscription carries the release message; the holder's lease is far.
     tokio::time::sleep(Duration::from_secs(7)).await;
-    let released = Instant::now();
-    ok(&server, held.release().await);
-    let (taken_at, guard) = waiter.await.unwrap();
-    let guard = ok(&server, guard);
-    let after = taken_at.saturating_duration_since(released);
-    assert!(
-        after < Duration::from_secs(10),
-        "took {after:?} after the release"
-    );
-    ok(&server, guard.release().await);
+    released_wakes(&server, held, waiter).await;
 }
 
 /// A subscription that fails on a connection whose packets vanish (the
@@ -118,14 +128,5 @@ async fn a_subscription_that_fails_replaces_the_subscriber() {
     proxy.strand();
     let _late = common::spawn_acquire(waiting.lock(second.as_str()).wait(Duration::from_secs(40)));
     tokio::time::sleep(Duration::from_secs(1)).await;
-    let released = Instant::now();
-    ok(&server, held.release().await);
-    let (taken_at, guard) = waiter.await.unwrap();
-    let guard = ok(&server, guard);
-    let after = taken_at.saturating_duration_since(released);
-    assert!(
-        after < Duration::from_secs(10),
-        "took {after:?} after the release"
-    );
-    ok(&server, guard.release().await);
+    released_wakes(&server, held, waiter).await;
 }
