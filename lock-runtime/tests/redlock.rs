@@ -6,9 +6,9 @@ mod common;
 
 use std::time::Duration;
 
-use common::{connect, contend, redlock_builder, scripts_ran, within};
-use lock_runtime::{LockClient, LockError};
-use lock_testkit::{RedisServer, unique_key};
+use common::{builder_for, connect, contend, redlock_builder, scripts_ran, within};
+use lock_runtime::{Deployment, LockClient, LockError};
+use lock_testkit::{Proxy, RedisServer, unique_key};
 
 /// A Redlock client over `masters`: the test settings, with a command
 /// timeout of 300 ms rather than 500 ms.
@@ -299,4 +299,80 @@ async fn a_release_answered_by_a_minority_of_masters_fails() {
         matches!(&released, Err(LockError::NoQuorum { .. })),
         "{released:?}"
     );
+}
+
+/// A give-back held up (here by a network that delivers nothing for a
+/// while) until after the grant it gives back lapsed and the same owner id
+/// was granted the lock again leaves that later grant alone: it names the
+/// token it gives back. It freed the later grant before, under a holder
+/// still counting on that master.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_give_back_held_up_leaves_a_later_grant_to_the_same_owner_id() {
+    let masters = RedisServer::start_many(3);
+    let proxy = Proxy::start(masters[0].port()).await.expect("proxy");
+    let urls = [proxy.url(), masters[1].url(), masters[2].url()];
+    // Long enough that no call gives up while the test holds it back.
+    let timeout = Duration::from_secs(5);
+    let waiter = connect(builder_for(Deployment::redlock(urls)).command_timeout(timeout)).await;
+    let holder = redlock(&masters).await;
+    let name = unique_key("held-up");
+    let key = common::lock_key(&name);
+
+    // Held by the second and third masters only.
+    let held = holder
+        .lock(name.as_str())
+        .lease(Duration::from_secs(30))
+        .acquire()
+        .await
+        .expect("held elsewhere");
+    masters[0].cli(&["DEL", &key]);
+    masters[1].pause();
+    masters[2].pause();
+    let attempt = tokio::spawn(waiter.lock(name.as_str()).try_acquire());
+    within(
+        &masters[0],
+        Duration::from_secs(5),
+        "the first grant",
+        async {
+            while !has_key(&masters[0], &name) {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        },
+    )
+    .await;
+    let owner = masters[0].cli(&["HGET", &key, "owner"]);
+    let fence: u64 = masters[0].cli(&["HGET", &key, "fence"]).parse().unwrap();
+    // The others answer busy, and the first master's grant is given back,
+    // into a network that holds it.
+    proxy.blackhole(true);
+    masters[1].resume();
+    masters[2].resume();
+    let outcome = within(&masters[1], Duration::from_secs(5), "the attempt", attempt).await;
+    assert!(outcome.unwrap().unwrap().is_none(), "busy on two of three");
+
+    // Meanwhile the grant lapsed, and the same owner id was granted the
+    // lock again (written here as the acquire script writes it).
+    masters[0].cli(&["DEL", &key]);
+    let later = (fence + 1_000).to_string();
+    masters[0].cli(&["HSET", &key, "owner", &owner, "count", "1", "fence", &later]);
+    masters[0].cli(&["PEXPIRE", &key, "30000"]);
+    let ran = scripts_ran(&masters[0]);
+    proxy.blackhole(false);
+    within(
+        &masters[0],
+        Duration::from_secs(10),
+        "the give-back",
+        async {
+            while scripts_ran(&masters[0]) == ran {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        },
+    )
+    .await;
+    assert_eq!(
+        masters[0].cli(&["HGET", &key, "owner"]),
+        owner,
+        "the give-back freed a later grant"
+    );
+    held.release().await.expect("release");
 }

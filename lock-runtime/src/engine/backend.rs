@@ -10,7 +10,10 @@
 //! left; otherwise what was granted is given back. The caller does not wait
 //! for slow or stopped masters once the outcome is known: their answers are
 //! awaited in the background, and a grant that arrives after a failed
-//! acquisition is given back too.
+//! acquisition is given back too. The caller may try again under the same
+//! owner id meanwhile, so each give-back names the tokens it gives back: held
+//! up until that grant lapsed and the owner id was granted the lock again,
+//! it leaves the later grant alone (see `calls::undo`).
 //!
 //! A renewal holds where `needed` masters renewed; a lock is lost when so
 //! many masters no longer have it that `needed` cannot be reached. A release
@@ -515,13 +518,8 @@ impl Backend {
                         return Err(errors.swap_remove(i));
                     }
                     if let Some(last) = errors.pop() {
-                        return Err(LockError::NoQuorum {
-                            key: name.to_owned(),
-                            needed: enough,
-                            nodes: nodes.len(),
-                            unreachable: nodes.len() - answered,
-                            last: Box::new(last),
-                        });
+                        let unreachable = nodes.len() - answered;
+                        return Err(no_quorum(name, enough, nodes.len(), unreachable, last));
                     }
                     return Ok(Vec::new());
                 }
@@ -665,7 +663,8 @@ async fn acquire_by_slot(node: &Node, attempt: &Attempt<'_>) -> Result<Acquired,
     let locks = attempt.locks;
     let groups = by_slot(locks.iter().map(|l| l.lock.as_str()));
     let mut taken: Vec<Option<Taken>> = vec![None; locks.len()];
-    let mut taken_slots: Vec<Acquire> = Vec::new();
+    // Each slot taken so far: its call, and the tokens it was granted.
+    let mut taken_slots: Vec<(Acquire, Vec<Taken>)> = Vec::new();
     for group in &groups {
         let group_locks: Vec<LockKeys> = group.iter().map(|&i| locks[i].clone()).collect();
         let asking: String = if attempt.asking.is_empty() {
@@ -691,16 +690,16 @@ async fn acquire_by_slot(node: &Node, attempt: &Attempt<'_>) -> Result<Acquired,
         let outcome = node.acquire(attempt.name, &call, attempt.replicas).await;
         match outcome {
             Ok(Acquired::Held(held)) => {
-                for (&i, one) in group.iter().zip(held) {
+                for (&i, &one) in group.iter().zip(&held) {
                     taken[i] = Some(one);
                 }
-                taken_slots.push(call);
+                taken_slots.push((call, held));
             }
             other => {
                 let mut unanswered = None;
-                for slot in taken_slots {
+                for (slot, granted) in taken_slots {
                     if let Err(err) = node
-                        .release(attempt.name, &slot.undo().call(), slot.locks())
+                        .release(attempt.name, &slot.undo().call(&granted), slot.locks())
                         .await
                     {
                         tracing::debug!(key = %attempt.name, error = %Chain(&err), "giving back part of a multi-slot acquisition failed");
@@ -708,12 +707,13 @@ async fn acquire_by_slot(node: &Node, attempt: &Attempt<'_>) -> Result<Acquired,
                     }
                 }
                 // A give-back that failed may still run, or not: the owner
-                // id may hold those slots, and a give-back arriving late
-                // would free them under a later grant to it. So a busy
-                // attempt fails as unanswered instead, and the caller
-                // gives back what the owner id may hold and goes on under a
-                // new one, as after a grant too late whose give-back failed
-                // (see `LockRequest::grant`).
+                // id may hold those slots for their lease. (Arriving late,
+                // it names the tokens it gives back, so it cannot free a
+                // later grant: see `calls::undo`.) So a busy attempt fails
+                // as unanswered instead, and the caller gives back what the
+                // owner id may hold, sent again until answered, and goes on
+                // under a new one, as after a grant too late whose
+                // give-back failed (see `LockRequest::grant`).
                 return match (other, unanswered) {
                     // Busy would settle the owner id; an error is reported
                     // as it is (and one that leaves the outcome open
@@ -768,8 +768,7 @@ async fn on_quorum(nodes: &[Node], attempt: &Attempt<'_>) -> Result<Acquired, Lo
         // Decided only now, after the lateness check: a grant from a master
         // still to answer is given back, whether too few masters granted
         // or a quorum came too late.
-        grants.give_back(answers.granting());
-        grants.await_late(pending, true);
+        grants.give_back(answers.granted.clone(), pending);
         if !answers.granted.is_empty() {
             // Contenders that split the masters between them would split
             // them again if all retried at once, woken by each other's give
@@ -796,22 +795,20 @@ async fn on_quorum(nodes: &[Node], attempt: &Attempt<'_>) -> Result<Acquired, Lo
     .await;
     let raised_on = raised.iter().filter(|r| r.is_ok()).count();
     if raised_on < needed {
-        grants.give_back(answers.granting());
-        grants.await_late(pending, true);
+        grants.give_back(answers.granted, pending);
         let last = raised
             .into_iter()
             .find_map(Result::err)
-            .map(Box::new)
-            .unwrap_or_else(|| Box::new(LockError::Config("fence raise failed".into())));
-        return Err(LockError::NoQuorum {
-            key: name.to_owned(),
+            .unwrap_or_else(|| LockError::Config("fence raise failed".into()));
+        return Err(no_quorum(
+            name,
             needed,
-            nodes: nodes.len(),
-            unreachable: nodes.len() - raised_on,
+            nodes.len(),
+            nodes.len() - raised_on,
             last,
-        });
+        ));
     }
-    grants.await_late(pending, false);
+    keep_late(pending);
     Ok(Acquired::Held(merged))
 }
 
@@ -835,11 +832,6 @@ impl Answers {
             Ok(Acquired::Busy { ttl, quarantined }) => self.busy.push((ttl, quarantined)),
             Err(err) => self.errors.push(err),
         }
-    }
-
-    /// The masters that granted it.
-    fn granting(&self) -> Vec<usize> {
-        self.granted.iter().map(|(i, _)| *i).collect()
     }
 
     /// One token and depth per lock: the largest any granting master gave.
@@ -890,13 +882,7 @@ impl Answers {
         if nodes - unreachable < needed
             && let Some(last) = self.errors.pop()
         {
-            return Err(LockError::NoQuorum {
-                key: name.to_owned(),
-                needed,
-                nodes,
-                unreachable,
-                last: Box::new(last),
-            });
+            return Err(no_quorum(name, needed, nodes, unreachable, last));
         }
         let ttl = self
             .busy
@@ -922,48 +908,74 @@ struct Grants<'a> {
 }
 
 impl Grants<'_> {
-    /// Gives back, in a task of its own, what the masters `granting` (by
-    /// their place among the masters) granted.
-    fn give_back(&self, granting: Vec<usize>) {
-        // Nothing granted: nothing to give back, no call to build.
-        if granting.is_empty() {
-            return;
-        }
-        let (undo, locks, name) = (self.undo.clone(), self.locks, self.name.to_owned());
-        let nodes: Vec<Node> = granting.iter().map(|&i| self.nodes[i].clone()).collect();
-        tokio::spawn(async move {
-            let undo = undo.call();
-            for node in nodes {
-                if let Err(err) = node.release(&name, &undo, locks).await {
-                    tracing::debug!(key = %name, error = %Chain(&err), "giving back a partial grant failed; it expires after its lease");
-                }
-            }
-        });
-    }
-
-    /// Waits, in a task of its own, for the masters that had not answered
-    /// when the outcome was known: when the attempt `failed`, whatever
-    /// they grant is given back; when it held, their grants stay, renewed
-    /// along with the others.
-    fn await_late<S>(&self, mut pending: S, failed: bool)
+    /// Gives back, in a task of its own, what the masters in `granted` (by
+    /// their place among the masters, with the tokens each granted)
+    /// granted, and whatever the masters still to answer (`pending`) grant
+    /// when they do.
+    ///
+    /// The caller may try again under the same owner id at once, and a
+    /// give-back held up (on a connection that went dead, by a master that
+    /// stalled) may arrive after the grant it gives back lapsed and another
+    /// was made to that owner id: each names the tokens it gives back, and
+    /// leaves a later grant alone (see `calls::undo`).
+    fn give_back<S>(&self, granted: Vec<(usize, Vec<Taken>)>, pending: S)
     where
         S: Stream<Item = (usize, Result<Acquired, LockError>)> + Send + Unpin + 'static,
     {
-        if pending.size_hint().1 == Some(0) {
+        // Nothing granted and nothing to wait for: no task.
+        if granted.is_empty() && pending.size_hint().1 == Some(0) {
             return;
         }
         let (undo, locks, name) = (self.undo.clone(), self.locks, self.name.to_owned());
         let nodes = self.nodes.to_vec();
-        tokio::spawn(async move {
-            while let Some((i, outcome)) = pending.next().await {
-                if failed
-                    && matches!(outcome, Ok(Acquired::Held(_)))
-                    && let Err(err) = nodes[i].release(&name, &undo.call(), locks).await
-                {
-                    tracing::debug!(key = %name, error = %Chain(&err), "giving back a late grant failed; it expires after its lease");
-                }
-            }
+        let late = pending.filter_map(|(i, outcome)| {
+            std::future::ready(match outcome {
+                Ok(Acquired::Held(taken)) => Some((i, taken)),
+                _ => None,
+            })
         });
+        tokio::spawn(async move {
+            let (undo, name, nodes) = (&undo, &name, &nodes);
+            futures_util::stream::iter(granted)
+                .chain(late)
+                .for_each_concurrent(None, |(i, taken)| async move {
+                    if let Err(err) = nodes[i].release(name, &undo.call(&taken), locks).await {
+                        tracing::debug!(key = %name, error = %Chain(&err), "giving back a grant failed; it expires after its lease");
+                    }
+                })
+                .await;
+        });
+    }
+}
+
+/// Waits, in a task of its own, for the masters that had not answered when
+/// an acquisition held: their grants stay, renewed along with the others
+/// (a coalesced acquire call dropped before its answer gives back what it
+/// granted, see `coalesce.rs`).
+fn keep_late<S>(mut pending: S)
+where
+    S: Stream<Item = (usize, Result<Acquired, LockError>)> + Send + Unpin + 'static,
+{
+    if pending.size_hint().1 != Some(0) {
+        tokio::spawn(async move { while pending.next().await.is_some() {} });
+    }
+}
+
+/// Redlock's [`LockError::NoQuorum`] for `name`: `unreachable` of `nodes`
+/// masters failed where `needed` must agree, `last` the last failure.
+fn no_quorum(
+    name: &str,
+    needed: usize,
+    nodes: usize,
+    unreachable: usize,
+    last: LockError,
+) -> LockError {
+    LockError::NoQuorum {
+        key: name.to_owned(),
+        needed,
+        nodes,
+        unreachable,
+        last: Box::new(last),
     }
 }
 

@@ -57,7 +57,7 @@ use tokio::sync::oneshot;
 use crate::base::detached::poll_in_place;
 use crate::base::error::LockError;
 use crate::base::keys::slot;
-use crate::store::scripts::{Call, Undo};
+use crate::store::scripts::{Call, Taken, Undo};
 
 /// Why a call has no reply.
 #[derive(Debug, Clone)]
@@ -485,10 +485,10 @@ fn hand<T: Transport>(transport: &T, waiter: Waiter, reply: Reply) {
 /// Gives back what `value`, the reply of an acquisition whose caller is
 /// gone, granted (if it did), with `undo`, in a task of its own.
 fn give_back<T: Transport>(transport: &T, value: &Value, undo: &Undo) {
-    if !granted(value) {
+    let Some(granted) = granted(value) else {
         return;
-    }
-    let give_back = transport.send(std::iter::once(&undo.call()));
+    };
+    let give_back = transport.send(std::iter::once(&undo.call(&granted)));
     tokio::spawn(async move {
         if let Err(failure) = give_back.await {
             tracing::debug!(
@@ -499,9 +499,28 @@ fn give_back<T: Transport>(transport: &T, value: &Value, undo: &Undo) {
     });
 }
 
-/// Whether an acquire script's reply grants (`{1, ...}`).
-fn granted(value: &Value) -> bool {
-    matches!(value, Value::Array(items) if matches!(items.first(), Some(Value::Int(1))))
+/// What an acquire script's reply grants (`{1, token, count, ...}`), if
+/// it does.
+fn granted(value: &Value) -> Option<Vec<Taken>> {
+    let Value::Array(items) = value else {
+        return None;
+    };
+    let [Value::Int(1), taken @ ..] = &items[..] else {
+        return None;
+    };
+    let number = |value: &Value| match value {
+        Value::Int(n) => Some(*n as u64),
+        _ => None,
+    };
+    taken
+        .chunks_exact(2)
+        .map(|pair| {
+            Some(Taken {
+                fence: number(&pair[0])?,
+                count: number(&pair[1])?,
+            })
+        })
+        .collect()
 }
 
 #[cfg(test)]
@@ -511,6 +530,30 @@ mod tests {
     use crate::store::scripts::calls;
     use std::panic::AssertUnwindSafe;
     use std::sync::atomic::{AtomicUsize, Ordering};
+
+    /// A grant's reply yields the tokens its give-back names (see
+    /// `calls::undo`); a busy or odd reply grants nothing.
+    #[test]
+    fn a_grant_is_read_with_its_tokens() {
+        let reply = |items: Vec<Value>| Value::Array(items);
+        let granted_two = reply([1, 41, 1, 7, 2].map(Value::Int).to_vec());
+        assert_eq!(
+            granted(&granted_two),
+            Some(vec![
+                Taken {
+                    fence: 41,
+                    count: 1
+                },
+                Taken { fence: 7, count: 2 },
+            ])
+        );
+        assert_eq!(granted(&reply([0, 250, 0].map(Value::Int).to_vec())), None);
+        assert_eq!(
+            granted(&reply(vec![Value::Int(1), Value::Nil, Value::Int(1)])),
+            None
+        );
+        assert_eq!(granted(&Value::Okay), None);
+    }
 
     /// A transport whose calls panic when polled, counting the polls.
     #[derive(Clone, Default)]

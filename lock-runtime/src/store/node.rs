@@ -172,10 +172,11 @@ impl Node {
         let (reply, acked): (Vec<i64>, u32) =
             self.run_replicated(Some(name), take, replicas).await?;
         let outcome = acquired(name, locks, &reply)?;
-        if let Acquired::Held(_) = outcome
+        if let Acquired::Held(granted) = &outcome
             && let Err(err) = replicated(Some(name), replicas, acked)
         {
-            if let Err(undo_err) = self.release(name, &call.undo().call(), locks).await {
+            let undo = call.undo().call(granted);
+            if let Err(undo_err) = self.release(name, &undo, locks).await {
                 tracing::debug!(key = %name, error = %Chain(&undo_err), "giving back an unreplicated lock failed; it expires after its lease");
             }
             return Err(err);

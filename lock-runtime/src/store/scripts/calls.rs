@@ -7,7 +7,7 @@ use super::items::Items;
 use super::{
     ACQUIRE, Call, FAIR_ACQUIRE, FAIR_LEAVE, FENCE_RAISE, FORCE_RELEASE, Giving, HANDOFF, INSPECT,
     PERMIT_ACQUIRE, PLACE_RELEASE, Place, READ_ACQUIRE, RELEASE, RENEW, Renewing, Stored,
-    TURN_LEAVE,
+    TURN_LEAVE, Taken,
 };
 use crate::base::keys::{
     self, LockKeys, QUEUE, QUEUE_ALIVE, READERS, READERS_WAITING, RELEASED, WRITER_WAITING,
@@ -216,23 +216,41 @@ pub(crate) fn fair_acquire(
 /// is not.
 pub(crate) fn release(locks: &[LockKeys], stored: &Stored, owner: &str, giving: Giving) -> Call {
     let locks = locks.iter().map(|lock| lock.lock.as_str());
-    release_of(locks, stored, owner, giving)
+    release_of(locks, stored, owner, giving, &[])
 }
 
-/// The release that gives back what the acquire call `take` granted (see
-/// [`Undo`](super::Undo)): every acquire script's first keys are the keys
-/// of its `locks` locks, in order, and its first argument is the owner id.
-pub(crate) fn undo(take: &Call, locks: usize, stored: &Stored, giving: Giving) -> Call {
+/// The release that gives back what the acquire call `take` granted, with
+/// the tokens `granted` (see [`Undo`](super::Undo)): every acquire script's
+/// first keys are the keys of its `locks` locks, in order, and its first
+/// argument is the owner id.
+///
+/// The give-back frees only a lock still held under the token it was
+/// granted with: one the owner id holds under another token was granted
+/// to it again after the grant given back lapsed, and a give-back that
+/// arrives late (held up on a connection that went dead) must leave it
+/// to its holder. (A re-entry keeps its lock's token: a give-back of a
+/// re-entry counts down one level of the hold it entered.)
+pub(crate) fn undo(
+    take: &Call,
+    locks: usize,
+    stored: &Stored,
+    giving: Giving,
+    granted: &[Taken],
+) -> Call {
     let owner = take.args().next().unwrap_or_default();
-    release_of(take.keys().take(locks), stored, owner, giving)
+    let tokens: Vec<u64> = granted.iter().map(|taken| taken.fence).collect();
+    release_of(take.keys().take(locks), stored, owner, giving, &tokens)
 }
 
-/// [`release`] of the locks whose lock keys are `locks`.
+/// [`release`] of the locks whose lock keys are `locks`; with `tokens`
+/// (one per lock), only of the locks held under those tokens (see
+/// [`undo`]).
 fn release_of<'a>(
     locks: impl ExactSizeIterator<Item = &'a str> + Clone,
     stored: &Stored,
     owner: &str,
     giving: Giving,
+    tokens: &[u64],
 ) -> Call {
     let call = match stored {
         Stored::Hash => {
@@ -248,8 +266,11 @@ fn release_of<'a>(
                 .arg(&[flag_of(giving.all)])
                 .number(giving.keep.as_millis() as u64)
                 .arg(&[flag_of(giving.announce)]);
-            if !giving.retire.is_zero() {
-                items.number(lease_millis(giving.retire));
+            if !giving.retire.is_zero() || !tokens.is_empty() {
+                items.number(retire_millis(giving));
+            }
+            for &token in tokens {
+                items.number(token);
             }
             Call::of(&RELEASE, items)
         }
@@ -268,13 +289,26 @@ fn release_of<'a>(
                 keys.extend([keys::queue(lock), keys::queue_alive(lock)]);
             }
             let mut args = vec![owner.to_owned(), flag(giving.all)];
-            if !giving.retire.is_zero() {
-                args.push(millis(giving.retire));
+            if !giving.retire.is_zero() || !tokens.is_empty() {
+                args.push(retire_millis(giving).to_string());
+            }
+            if let Some(token) = tokens.first() {
+                args.push(token.to_string());
             }
             Call::new(&PLACE_RELEASE, keys, args)
         }
     };
     call.idempotent(giving.all)
+}
+
+/// The release scripts' retire argument: how long `giving` retires the
+/// owner id for, 0 for not at all (present only when tokens follow it).
+fn retire_millis(giving: Giving) -> u64 {
+    if giving.retire.is_zero() {
+        0
+    } else {
+        lease_millis(giving.retire)
+    }
 }
 
 /// How many times in a row a lock that waiters of other clients marked is

@@ -581,9 +581,11 @@ pub(crate) struct Undo {
 }
 
 impl Undo {
-    /// The release call.
-    pub(crate) fn call(&self) -> Call {
-        calls::undo(&self.take, self.locks, &self.stored, self.giving)
+    /// The release call for a grant with the tokens `granted` (one per
+    /// lock), which frees only what is still held under them (see
+    /// `calls::undo`).
+    pub(crate) fn call(&self, granted: &[Taken]) -> Call {
+        calls::undo(&self.take, self.locks, &self.stored, self.giving, granted)
     }
 }
 
@@ -779,7 +781,7 @@ mod tests {
             let stored = Stored::for_kind(kind, &named[0]);
             for giving in givings {
                 let acquire = Acquire::new(take.clone(), named.len(), stored.clone(), giving);
-                let undo = acquire.undo().call();
+                let undo = acquire.undo().call(&[]);
                 let release = calls::release(named, &stored, owner, giving);
                 let context = format!("{kind:?} {giving:?}");
                 assert_eq!(undo.script_name(), release.script_name(), "{context}");

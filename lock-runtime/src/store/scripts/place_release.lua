@@ -11,9 +11,14 @@
 -- ARGV[2]  "1" to drop every level at once, "0" to count down by one
 -- ARGV[3]  ms to retire the owner id from the set, held or not (see
 --          release.lua); 0 (or absent): not retired
+-- ARGV[4]  (a give-back of a grant, see calls.rs, `undo`; absent
+--          otherwise) the token the place was granted with: a place the
+--          owner id holds under another token was granted to it again
+--          since, and is not the give-back's to free (see release.lua)
 --
 -- Returns {count}: the remaining re-entry count (0: the place is free), or
--- -1 when the caller does not hold a place (its lease ran out).
+-- -1 when the caller does not hold a place (its lease ran out), or holds one
+-- granted since the grant a give-back names.
 local ms = tonumber(ARGV[3] or '0')
 local left_line = ms > 0 and retire(KEYS[1], KEYS[4], KEYS[5], ARGV[1], ms)
 local score = redis.call('ZSCORE', KEYS[1], ARGV[1])
@@ -21,6 +26,9 @@ if not score or tonumber(score) <= now_ms() then
   if left_line and redis.call('ZCARD', KEYS[4]) > 0 then
     redis.call(PUBLISH, KEYS[3], next_in_line(KEYS[4], KEYS[5]))
   end
+  return {-1}
+end
+if ARGV[4] and tonumber(redis.call('HGET', KEYS[2], 'f:' .. ARGV[1])) ~= tonumber(ARGV[4]) then
   return {-1}
 end
 local count = 0

@@ -21,17 +21,28 @@
 --                  in prelude.lua), held or not: the acquire whose answer
 --                  was lost may not have run yet; it also leaves the line
 --                  of fair waiters; 0 (or absent): not retired
+-- ARGV[6..5+n]     (a give-back of a grant, see calls.rs, `undo`; absent
+--                  otherwise) the token each lock was granted with. A lock
+--                  the owner id holds under another token was granted to it
+--                  again since: the grant given back lapsed, and this
+--                  give-back arrives late (sent on a connection that went
+--                  dead, say). It is not the give-back's to free: left as
+--                  it is, and answered -1
 --
 -- Returns, per lock, the remaining re-entry count (0: released and
--- published), or -1 when the caller does not hold it (expired, or someone
--- else's).
+-- published), or -1 when the caller does not hold it (expired, someone
+-- else's, or granted again since the grant a give-back names).
 local n = #KEYS / 4
 local ms = tonumber(ARGV[5] or '0')
 local result = {}
 for i = 1, n do
   local left_line = ms > 0 and retire(KEYS[i], KEYS[2 * n + i], KEYS[3 * n + i], ARGV[1], ms)
   local held = redis.call('HMGET', KEYS[i], 'owner', 'count', 'fair', 'w')
-  if held[1] ~= ARGV[1] then
+  local granted = ARGV[5 + i]
+  if held[1] == ARGV[1] and granted
+      and tonumber(redis.call('HGET', KEYS[i], 'fence')) ~= tonumber(granted) then
+    result[i] = -1
+  elseif held[1] ~= ARGV[1] then
     result[i] = -1
     -- As fair_leave.lua: a free lock goes to the next in line.
     if left_line and not held[1] and redis.call('ZCARD', KEYS[2 * n + i]) > 0 then

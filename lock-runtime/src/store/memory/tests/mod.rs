@@ -12,9 +12,26 @@
 //! lock-script helpers, a subscriber's inbox, reply helpers, and a
 //! connection to a real Redis.
 
+/// A test that runs `check` on the in-memory server and, when one is at
+/// hand, on a real Redis (the module using it imports `MemoryServer` and
+/// `real_redis`).
+macro_rules! on_both {
+    ($test:ident, $check:ident) => {
+        #[tokio::test]
+        async fn $test() {
+            let mut memory = MemoryServer::new();
+            $check(&mut memory, "memory").await;
+            if let Some((_real, mut conn)) = real_redis().await {
+                $check(&mut conn, "redis-server").await;
+            }
+        }
+    };
+}
+
 mod commands;
 mod differential;
 mod fair;
+mod given_back;
 mod locks;
 mod places;
 mod pubsub;
@@ -39,6 +56,11 @@ fn keys(name: &str) -> LockKeys {
 /// releases announced with PUBLISH, and no restart quarantine.
 fn invocation(call: &Call) -> ScriptInvocation<'static> {
     call.invocation(false, &Quarantine::none())
+}
+
+/// Runs `call` on `conn` as a client does (see [`invocation`]).
+async fn call(conn: &mut impl redis::aio::ConnectionLike, call: &Call) -> RedisResult<Value> {
+    invocation(call).invoke_async(conn).await
 }
 
 /// Runs `call` on `server` as a client does (see [`invocation`]).

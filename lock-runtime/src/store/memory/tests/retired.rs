@@ -8,35 +8,16 @@
 use std::slice;
 use std::time::Duration;
 
+use redis::Value;
 use redis::aio::ConnectionLike;
-use redis::{RedisResult, Value};
 
-use super::{int, invocation, keys, real_redis};
+use super::{call, int, keys, real_redis};
 use crate::base::kind::Kind;
 use crate::store::memory::MemoryServer;
 use crate::store::scripts::{Call, Giving, Stored, calls};
 
-/// A test that runs `check` on the in-memory server and, when one is at
-/// hand, on a real Redis.
-macro_rules! on_both {
-    ($test:ident, $check:ident) => {
-        #[tokio::test]
-        async fn $test() {
-            let mut memory = MemoryServer::new();
-            $check(&mut memory, "memory").await;
-            if let Some((_real, mut conn)) = real_redis().await {
-                $check(&mut conn, "redis-server").await;
-            }
-        }
-    };
-}
-
 const LEASE: Duration = Duration::from_secs(60);
 const RETIRE: Duration = Duration::from_secs(30);
-
-async fn call(conn: &mut impl ConnectionLike, call: &Call) -> RedisResult<Value> {
-    invocation(call).invoke_async(conn).await
-}
 
 /// The first item of an acquire script's reply: 1 granted, 0 busy.
 fn granted(reply: &Value) -> bool {
@@ -62,7 +43,7 @@ fn give_back(kind: Kind, lock: &str, owner: &str) -> Call {
 }
 
 /// The fresh acquire call of `owner` for one lock of each kind.
-fn acquire(kind: Kind, lock: &str, owner: &str) -> Call {
+pub(super) fn acquire(kind: Kind, lock: &str, owner: &str) -> Call {
     let lock = keys(lock);
     let asker = calls::Asker::fresh(owner);
     match kind {
