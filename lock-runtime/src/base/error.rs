@@ -371,17 +371,22 @@ impl LockError {
             ErrorKind::Server(ServerErrorKind::MasterDown | ServerErrorKind::BusyLoading) => {
                 LockError::Unavailable { key, source }
             }
-            _ if source.is_io_error()
-                || source.is_connection_refusal()
-                || source.is_connection_dropped()
-                || source.is_timeout()
-                || source.is_cluster_error() =>
-            {
+            _ if not_reached(&source) || source.is_cluster_error() => {
                 LockError::Unavailable { key, source }
             }
             _ => LockError::Redis { key, source },
         }
     }
+}
+
+/// Whether a call failed on its way: the connection was refused, dropped or
+/// broken, or no answer came in time. Redis may never have seen the call,
+/// or run it and lost the answer; it did not refuse it.
+pub(crate) fn not_reached(err: &redis::RedisError) -> bool {
+    err.is_io_error()
+        || err.is_connection_refusal()
+        || err.is_connection_dropped()
+        || err.is_timeout()
 }
 
 /// Whether Redis refused a write because the server is a read-only

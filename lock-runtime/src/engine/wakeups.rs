@@ -22,7 +22,7 @@ use redis::{PushInfo, PushKind, Value};
 use tokio::sync::{Notify, mpsc, watch};
 use tokio_util::sync::CancellationToken;
 
-use crate::base::error::Chain;
+use crate::base::error::{Chain, not_reached};
 use crate::base::keys;
 use crate::store::connection::{Following, Managed};
 #[cfg(feature = "memory")]
@@ -621,7 +621,7 @@ impl Stores {
         for (subscriber, live) in self.subscribers.iter_mut().zip(self.live.iter_mut()) {
             if *live && let Err(err) = subscriber.subscribe(names).await {
                 tracing::warn!(error = %Chain(&err), "subscribing to release channels failed");
-                if went_dead(&err) {
+                if not_reached(&err) {
                     replaced |= subscriber.replace().await;
                 }
                 *live = false;
@@ -658,13 +658,8 @@ async fn subscriber(
             }
             _ = check.tick() => {
                 if stores.check().await {
-                    if !stores.enough() {
-                        for channel in channels.all() {
-                            channel.ready.send_replace(Readiness::Failed);
-                        }
-                    }
                     delay = RESUBSCRIBE_FIRST;
-                    resubscribe(&mut stores, &channels).await;
+                    after_loss(&mut stores, &channels).await;
                 }
                 continue;
             }
@@ -695,11 +690,7 @@ async fn subscriber(
                         // carried: with too few stores left, every waiter
                         // looks again on its own until `resubscribe` is
                         // done, as after a dropped connection.
-                        if !enough {
-                            for channel in channels.all() {
-                                channel.ready.send_replace(Readiness::Failed);
-                            }
-                        }
+                        unless_enough(&stores, &channels);
                         delay = RESUBSCRIBE_FIRST;
                     }
                     let readiness = if enough {
@@ -722,23 +713,30 @@ async fn subscriber(
                     if let Some(live) = stores.live.get_mut(node) {
                         *live = false;
                     }
-                    if !stores.enough() {
-                        for channel in channels.all() {
-                            channel.ready.send_replace(Readiness::Failed);
-                        }
-                    }
                     delay = RESUBSCRIBE_FIRST;
-                    resubscribe(&mut stores, &channels).await;
+                    after_loss(&mut stores, &channels).await;
                 }
             }
         }
     }
 }
 
-/// Whether a failed call says its connection went dead (no answer in
-/// time, or dropped), rather than that Redis refused it.
-fn went_dead(err: &redis::RedisError) -> bool {
-    err.is_timeout() || err.is_io_error() || err.is_connection_dropped()
+/// With too few stores subscribed, every watched channel reads as failed:
+/// its waiters look again on their own until [`resubscribe`] is done.
+fn unless_enough(stores: &Stores, channels: &Channels) {
+    if !stores.enough() {
+        for channel in channels.all() {
+            channel.ready.send_replace(Readiness::Failed);
+        }
+    }
+}
+
+/// Some stores lost their subscriptions (dropped, or not answering): the
+/// waiters learn it if too few are left, and the stores are subscribed
+/// again at once.
+async fn after_loss(stores: &mut Stores, channels: &Channels) {
+    unless_enough(stores, channels);
+    resubscribe(stores, channels).await;
 }
 
 /// How often the subscriber connections are asked to answer.
@@ -779,7 +777,7 @@ async fn resubscribe(stores: &mut Stores, channels: &Channels) -> bool {
                 tracing::debug!(node, error = %Chain(&err), "resubscribe failed; retrying");
                 // The next try goes on a fresh connection if this one went
                 // dead meanwhile (see `Stores::subscribe`).
-                if went_dead(&err) {
+                if not_reached(&err) {
                     subscriber.replace().await;
                 }
             }

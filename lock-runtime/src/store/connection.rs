@@ -28,7 +28,7 @@ use redis::{
 };
 
 use crate::base::config::Config;
-use crate::base::error::{Chain, LockError, is_read_only};
+use crate::base::error::{Chain, LockError, is_read_only, not_reached};
 use crate::base::redact::Redacted;
 #[cfg(feature = "memory")]
 use crate::store::memory::MemoryServer;
@@ -892,11 +892,7 @@ fn with_pushes(master: redis::Client, pushes: bool) -> RedisResult<redis::Client
 
 /// Whether an error suggests the master is no longer where it was.
 fn moved_master(err: &RedisError) -> bool {
-    is_read_only(err)
-        || err.is_io_error()
-        || err.is_connection_refusal()
-        || err.is_connection_dropped()
-        || err.is_timeout()
+    is_read_only(err) || not_reached(err)
 }
 
 impl ConnectionLike for Following {
