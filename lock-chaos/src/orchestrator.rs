@@ -1431,16 +1431,13 @@ impl Run {
                 });
                 let again = self.probe(key, at).await;
                 detail += &format!(
-                    "{}; taken again {}",
+                    "{}; {}",
                     if failed {
                         "returned an error"
                     } else {
                         "dropped"
                     },
-                    again.map_or("not within two leases".to_owned(), |t| format!(
-                        "{} ms after it should have been free",
-                        (t - free_from).max(0) / 1000
-                    ))
+                    probed(again, free_from)
                 );
             }
         }
@@ -1493,13 +1490,7 @@ impl Run {
                 free_from,
             });
             let again = self.probe(key, at).await;
-            detail += &format!(
-                "; taken again {}",
-                again.map_or("not within two leases".to_owned(), |t| format!(
-                    "{} ms after it should have been free",
-                    (t - free_from).max(0) / 1000
-                ))
-            );
+            detail += &format!("; {}", probed(again, free_from));
         }
         Ok((detail, Some(stall_end)))
     }
@@ -2151,6 +2142,20 @@ impl Run {
         history.stopped_at = Some(stopped_at);
         history.sections = sections(&collected.sections, &history.writes, &self.deaths);
         (history, collected.garbled)
+    }
+}
+
+/// What the probe of a lock left by a cut-short call saw (`again`, when it
+/// took the lock, in µs like `free_from`, when the lock should have been
+/// free). The probe waits its turn behind the workers: the report's figure
+/// for the lock staying taken by nobody is when anyone took it.
+fn probed(again: Option<i64>, free_from: i64) -> String {
+    match again {
+        Some(t) => format!(
+            "the probe took it {} ms after it should have been free",
+            (t - free_from).max(0) / 1000
+        ),
+        None => "the probe did not take it within two leases".to_owned(),
     }
 }
 
