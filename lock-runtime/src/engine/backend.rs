@@ -68,6 +68,15 @@ use crate::store::scripts::{
     Acquire, Acquired, Call, Giving, HandedOn, Released, Renewing, Stored, Taken, Undo, calls,
 };
 
+/// How many Redlock masters must answer a release before it returns.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Answering {
+    /// A majority; the others' answers are awaited in the background.
+    Majority,
+    /// Every master.
+    Every,
+}
+
 /// How the deployment is reached.
 pub(crate) enum Topology {
     /// One server, or the master Sentinel reports.
@@ -281,6 +290,37 @@ impl Backend {
         owner: &str,
         giving: Giving,
     ) -> Result<Vec<Released>, LockError> {
+        self.release_on(name, locks, (stored, owner), giving, Answering::Majority)
+            .await
+    }
+
+    /// Gives back a grant to `owner` that came too late to be held, as
+    /// [`release`](Self::release) does, before `owner` asks for the locks
+    /// again. On Redlock it waits for every master, where a release returns
+    /// once a majority answered: a give-back still on its way to another
+    /// master would free there the grant `owner` asks for next. A master
+    /// that does not answer fails it, and the caller goes on under a new
+    /// owner id.
+    pub(crate) async fn give_back(
+        &self,
+        name: &str,
+        locks: &[LockKeys],
+        stored: &Stored,
+        owner: &str,
+        giving: Giving,
+    ) -> Result<Vec<Released>, LockError> {
+        self.release_on(name, locks, (stored, owner), giving, Answering::Every)
+            .await
+    }
+
+    async fn release_on(
+        &self,
+        name: &str,
+        locks: &[LockKeys],
+        (stored, owner): (&Stored, &str),
+        giving: Giving,
+        answering: Answering,
+    ) -> Result<Vec<Released>, LockError> {
         // On Redlock every release is announced: a client's subscription
         // counts as live once a majority of masters confirmed it, so the
         // master where a waiter marked the lock may be one whose messages
@@ -290,7 +330,9 @@ impl Backend {
             ..giving
         };
         let build = |locks: &[LockKeys]| calls::release(locks, stored, owner, giving);
-        let per_store = self.everywhere(name, locks, build, releasing).await?;
+        let per_store = self
+            .everywhere(name, locks, build, releasing, answering)
+            .await?;
         Ok((0..locks.len())
             .map(|i| merge_released(per_store.iter().map(|store| store[i])))
             .collect())
@@ -428,7 +470,7 @@ impl Backend {
         owner: &str,
     ) -> Result<(), LockError> {
         let build = |locks: &[LockKeys]| calls::turn_leave(locks, owner);
-        self.everywhere(name, locks, build, answered)
+        self.everywhere(name, locks, build, answered, Answering::Majority)
             .await
             .map(drop)
     }
@@ -442,25 +484,26 @@ impl Backend {
     ) -> Result<(), LockError> {
         let build = |locks: &[LockKeys]| calls::fair_leave(&locks[0], owner);
         let locks = std::slice::from_ref(lock);
-        self.everywhere(name, locks, build, answered)
+        self.everywhere(name, locks, build, answered, Answering::Majority)
             .await
             .map(drop)
     }
 
     /// Runs the calls `build` makes for `locks` wherever they must go: on a
     /// Cluster one per hash slot, put back in the order of `locks`; on
-    /// Redlock on every master, answering once a majority did (a stopped
-    /// master must not make every release wait for its timeout; the other
-    /// calls go on in the background). One result per store that answered,
-    /// each with one value per lock; the last error if none did. On
-    /// Redlock, fewer than a majority answering is a failure: a master's
-    /// refusal as it is, otherwise [`LockError::NoQuorum`].
+    /// Redlock on every master, answering once as many as `answering` asks
+    /// did (a majority: a stopped master must not make every release wait
+    /// for its timeout; the other calls go on in the background). One
+    /// result per store that answered, each with one value per lock; the
+    /// last error if none did. On Redlock, fewer answering is a failure: a
+    /// master's refusal as it is, otherwise [`LockError::NoQuorum`].
     async fn everywhere<T: Copy + Default + Send + 'static>(
         &self,
         name: &str,
         locks: &[LockKeys],
         build: impl Fn(&[LockKeys]) -> Call,
         op: Op<T>,
+        answering: Answering,
     ) -> Result<Vec<Vec<T>>, LockError> {
         match &*self.topology {
             Topology::Single(node) => {
@@ -490,7 +533,10 @@ impl Backend {
             }
             Topology::Quorum(nodes) => {
                 let call = build(locks);
-                let enough = needed(nodes.len(), 1);
+                let enough = match answering {
+                    Answering::Majority => needed(nodes.len(), 1),
+                    Answering::Every => nodes.len(),
+                };
                 let mut pending: FuturesUnordered<_> = nodes
                     .iter()
                     .map(|node| op(node.clone(), name.to_owned(), call.clone(), locks.len()))
@@ -505,11 +551,12 @@ impl Backend {
                 if !pending.is_empty() {
                     tokio::spawn(async move { while pending.next().await.is_some() {} });
                 }
-                // Fewer than a majority answered (every master did, the
-                // others with errors): a release left the lock where most
-                // masters keep it, taken until its lease runs out, so it
-                // failed, and one that must be sent again (`retire`, a last
-                // release) is, unless a master refused it for good.
+                // Fewer answered than needed (every master did, the others
+                // with errors): a release left the lock where most masters
+                // keep it (a give-back, where some master may), taken until
+                // its lease runs out, so it failed, and one that must be
+                // sent again (`retire`, a last release) is, unless a master
+                // refused it for good.
                 let answered = outcomes.iter().filter(|o| o.is_ok()).count();
                 if answered < enough {
                     let mut errors: Vec<LockError> =

@@ -721,10 +721,11 @@ impl LockRequest {
         // Handing it out would make a holder that is lost on arrival, with a
         // token older than the new holder's. It is given back instead, and
         // the caller tries again within its wait. The next attempt uses the
-        // same owner id, so the give-back must be done first: arriving after
-        // that attempt took the lock anew, it would free it under its new
-        // holder. If it fails, the caller goes on under a new owner id (see
-        // `abandon`, and `Outcome::Abandon`) or reports the error.
+        // same owner id, so the give-back must be done first, on every
+        // Redlock master too: arriving after that attempt took the lock
+        // anew, it would free it under its new holder. If it fails, the
+        // caller goes on under a new owner id (see `abandon`, and
+        // `Outcome::Abandon`) or reports the error.
         if Instant::now() + DECLARE_EARLY >= sent + self.lease - drift {
             tracing::debug!(
                 after = ?sent.elapsed(),
@@ -736,7 +737,7 @@ impl LockRequest {
                 ..Giving::ONE
             };
             if let Err(err) = backend
-                .release(self.label(), keys, &stored, owner, giving)
+                .give_back(self.label(), keys, &stored, owner, giving)
                 .await
             {
                 return Ok(Outcome::Abandon(err));
