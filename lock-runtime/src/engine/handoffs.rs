@@ -337,8 +337,15 @@ impl Offered<'_> {
 
 impl Drop for Offered<'_> {
     fn drop(&mut self) {
-        // A taken offer is settled by its releaser, which finds this
-        // waiter gone.
+        self.take_back();
+    }
+}
+
+impl Offered<'_> {
+    /// Takes the offer back as its waiter stops waiting (see `Drop`): a
+    /// taken offer is settled by its releaser, which finds this waiter
+    /// gone, and an answer that came unread is acted on.
+    fn take_back(&mut self) {
         {
             let mut places = self.offers.places();
             places.taken.remove(&self.id);
@@ -349,6 +356,11 @@ impl Drop for Offered<'_> {
                 }
             }
         }
+        // Closed first: a releaser that answers from now on finds the
+        // waiter gone (and gives back or retires what it handed), rather
+        // than delivering an answer that is dropped unread with the
+        // receiver, between the look below and the end of this drop.
+        self.answer.close();
         // Answered, but the waiter never read it: the lock may be its.
         if let Ok(Answer::Handed { .. } | Answer::Unknown) = self.answer.try_recv() {
             (self.give_back)(self.owner.clone());
@@ -386,6 +398,25 @@ mod tests {
         assert_eq!(offered.answered().await, Answer::Handed { fence: 2, sent });
         drop(offered);
         assert_eq!(given_back.lock().unwrap().len(), 1);
+    }
+
+    /// A releaser that answers a taken offer while its waiter is dropping
+    /// it (after the drop looked for an answer, before the receiver went)
+    /// finds the waiter gone: the lock it hands is given back by the
+    /// releaser, not dropped unread with the receiver.
+    #[tokio::test]
+    async fn an_offer_answered_while_it_is_dropped_counts_as_gone() {
+        let offers = Offers::default();
+        let lease = Duration::from_secs(1);
+        let mut offered = offers.offer("k", &owner("a"), (lease, None, None), &NOTHING);
+        let taken = offers.take("k", false);
+        // The drop's work, with the offer still alive: the moment between
+        // its look for an answer and the receiver's end.
+        offered.take_back();
+        let sent = Instant::now();
+        let gone = offers.settle("k", taken, |_| Answer::Handed { fence: 1, sent });
+        assert_eq!(gone, [owner("a")], "the handed lock went unread");
+        drop(offered);
     }
 
     #[tokio::test]
