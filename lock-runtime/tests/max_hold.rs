@@ -112,6 +112,51 @@ async fn an_extension_never_goes_past_the_cap_and_a_short_cap_is_refused() {
     assert!(matches!(refused, LockError::Config(_)), "{refused}");
 }
 
+/// A re-entry's cap bounds the whole hold, also when renewals of the outer
+/// hold already reached past it: the body is stopped at the nested cap,
+/// not up to a lease later.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_nested_cap_stops_the_hold_it_entered() {
+    let (server, [locks]) = start_server_with_clients().await;
+    let name = unique_key("nested-cap");
+    let lease = Duration::from_secs(6);
+    let outer = ok(
+        &server,
+        locks.lock(name.as_str()).lease(lease).acquire().await,
+    );
+    let nested_cap = Duration::from_millis(500);
+    let entered = Instant::now();
+    let body = outer.scope(async {
+        let _inner = ok(
+            &server,
+            locks
+                .lock(name.as_str())
+                .lease(lease)
+                .max_hold(nested_cap)
+                .acquire()
+                .await,
+        );
+        std::future::pending::<()>().await;
+    });
+    let stopped = within(&server, lease * 2, "the body stopped", body).await;
+    let took = entered.elapsed();
+    assert!(stopped.is_err(), "the body ran on");
+    // Stopped at the nested cap (less the drift), well before the outer
+    // lease, which renewals had not even needed yet.
+    assert!(took < lease / 2, "stopped {took:?} after the re-entry");
+    let lost = outer.lost_error();
+    assert!(
+        matches!(
+            lost,
+            LockError::Lost {
+                reason: LossReason::MaxHold,
+                ..
+            }
+        ),
+        "{lost:?}"
+    );
+}
+
 /// A body that never ends by itself.
 #[lock_runtime::distributed_lock(key = "hangs:<id>", lease = "600ms", max_hold = "1500ms", client = locks)]
 async fn hangs(locks: lock_runtime::LockClient, id: String) -> Result<(), LockError> {

@@ -345,6 +345,7 @@ impl Registry {
         if let Some(held) = entries
             .get(key, acquired.owner)
             .filter(|held| !held.is_lost())
+            .cloned()
         {
             let mut timing = held.timing();
             timing.guards += 1;
@@ -360,10 +361,23 @@ impl Registry {
                 timing.confirm(acquired.sent, acquired.lease);
             }
             // A nested cap bounds the whole hold too: the earlier wins.
+            // Renewals made before it may have taken the hold past it, so
+            // it is valid no longer than the cap (less the drift) from now,
+            // and the sweep is told of the new deadline.
             if let Some(cap) = acquired.cap {
                 timing.cap = Some(timing.cap.map_or(cap, |held| held.min(cap)));
+                let until = cap.checked_sub(timing.drift).unwrap_or(cap);
+                if until < timing.valid_until {
+                    timing.valid_until = until;
+                    let lost_at = until.checked_sub(DECLARE_EARLY).unwrap_or(until);
+                    if entries.next_wake.is_none_or(|wake| lost_at < wake) {
+                        entries.next_wake = Some(lost_at);
+                        self.changed.notify_one();
+                    }
+                }
             }
-            return held.clone();
+            drop(timing);
+            return held;
         }
         let held = Arc::new(Held {
             name: acquired.name.to_owned(),
