@@ -114,6 +114,7 @@ conformance! {
     try_acquire_says_none_while_the_lock_is_taken,
     a_fixed_lease_is_a_hard_bound_unless_extended,
     a_lock_held_at_least_stays_taken_after_an_early_release,
+    a_waiter_takes_a_lock_held_at_least_when_the_minimum_ends,
     an_election_has_one_leader_who_hands_over_on_resign_and_drop,
     a_semaphore_holder_takes_several_permits_all_or_none,
     a_semaphore_keeps_the_number_of_permits_its_first_holder_named,
@@ -556,6 +557,49 @@ async fn a_fixed_lease_is_a_hard_bound_unless_extended(store: Store) {
         .expect("not lost"));
     store.ok(inner.release().await);
     store.ok(guard.release().await);
+}
+
+/// A waiter that found the lock taken sleeps until the holder's lease
+/// would run out; an early release that keeps the lock to its minimum
+/// tells it, and it takes the lock when the minimum ends, not at the end of
+/// the lease (it waited out its whole wait before).
+async fn a_waiter_takes_a_lock_held_at_least_when_the_minimum_ends(store: Store) {
+    let (holder, other) = (store.client().await, store.client().await);
+    let name = unique_key("atleast-waiter");
+    let (lease, at_least) = (Duration::from_secs(15), Duration::from_secs(1));
+    let acquired = Instant::now();
+    let guard = store.ok(holder
+        .lock(name.as_str())
+        .lease(lease)
+        .lock_at_least(at_least)
+        .acquire()
+        .await);
+    let waiter = spawn_acquire(other.lock(name.as_str()).wait(Duration::from_secs(12)));
+    // Waiting: subscribed to releases (after its first attempt), then, a
+    // moment later, asleep until the holder's lease would run out.
+    store
+        .within(Duration::from_secs(5), "the waiter subscribed", async {
+            while store
+                .ok(holder.inspect(&name).await)
+                .is_none_or(|info| info.waiters.subscribers == 0)
+            {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        })
+        .await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    store.ok(guard.release().await);
+    let (taken_at, outcome) = store
+        .within(Duration::from_secs(15), "the waiter", waiter)
+        .await
+        .expect("waiter");
+    let waited = store.ok(outcome);
+    let took = taken_at.duration_since(acquired);
+    assert!(
+        took >= at_least - Duration::from_millis(100) && took < lease / 3,
+        "taken {took:?} after the holder took it"
+    );
+    store.ok(waited.release().await);
 }
 
 async fn a_lock_held_at_least_stays_taken_after_an_early_release(store: Store) {

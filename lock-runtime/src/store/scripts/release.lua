@@ -34,6 +34,15 @@
 -- else's, or granted again since the grant a give-back names).
 local n = #KEYS / 4
 local ms = tonumber(ARGV[5] or '0')
+-- Tells the waiters of lock i (its hash's fields `held`) that its holder
+-- let go: for a fair lock the first in line, otherwise any.
+local function announce(i, held)
+  if held[3] then
+    redis.call(PUBLISH, KEYS[n + i], next_in_line(KEYS[2 * n + i], KEYS[3 * n + i]))
+  elseif held[4] or ARGV[4] == '1' then
+    redis.call(PUBLISH, KEYS[n + i], 'released')
+  end
+end
 local result = {}
 for i = 1, n do
   local left_line = ms > 0 and retire(KEYS[i], KEYS[2 * n + i], KEYS[3 * n + i], ARGV[1], ms)
@@ -57,19 +66,17 @@ for i = 1, n do
     if count > 0 then
       redis.call('HSET', KEYS[i], 'count', count)
     elseif keep > 0 then
-      -- Still taken by its owner, whose scope is over, until it expires:
-      -- waiters wake then, as for a holder's lease.
+      -- Still taken by its owner, whose scope is over, until it expires.
+      -- Waiters that looked before slept until the holder's lease would
+      -- run out: told now, they look again and sleep only until then.
       count = 0
       redis.call('HSET', KEYS[i], 'count', 0)
       redis.call('PEXPIRE', KEYS[i], keep)
+      announce(i, held)
     else
       count = 0
       redis.call('DEL', KEYS[i])
-      if held[3] then
-        redis.call(PUBLISH, KEYS[n + i], next_in_line(KEYS[2 * n + i], KEYS[3 * n + i]))
-      elseif held[4] or ARGV[4] == '1' then
-        redis.call(PUBLISH, KEYS[n + i], 'released')
-      end
+      announce(i, held)
     end
     result[i] = count
   end
