@@ -205,3 +205,45 @@ async fn a_locked_body_gets_the_token_of_its_critical_section() {
     ok(&server, guard.release().await);
     assert!(token.is_cancelled());
 }
+
+/// A guard dropped as the client shuts down (its body told of the
+/// shutdown) gives its lock back like any last release, and `shutdown`
+/// waits for that and reports it when Redis could not be told. It gave
+/// back one level, sent nothing again, and `shutdown` said Ok while the
+/// lock stayed taken for its lease.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_reports_a_dropped_guard_s_release_that_redis_did_not_get() {
+    let server = RedisServer::start();
+    let proxy = lock_testkit::Proxy::start(server.port())
+        .await
+        .expect("proxy");
+    let locks = common::connect(common::builder_for(proxy.url().as_str())).await;
+    let name = unique_key("dropped-at-shutdown");
+    let guard = ok(
+        &server,
+        locks
+            .lock(name.as_str())
+            .lease(Duration::from_secs(20))
+            .acquire()
+            .await,
+    );
+    // A body that stops when its lock is lost, as the attribute's does.
+    let body = tokio::spawn(async move {
+        guard.lost().await;
+        drop(guard);
+    });
+    // The connections open now go dead for good.
+    proxy.strand();
+    let shut = within(
+        &server,
+        Duration::from_secs(10),
+        "shutdown",
+        locks.shutdown(),
+    )
+    .await;
+    assert!(
+        matches!(&shut, Err(err) if err.is_unavailable()),
+        "{shut:?}"
+    );
+    body.await.expect("body");
+}

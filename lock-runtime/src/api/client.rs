@@ -9,6 +9,7 @@ use redis::ConnectionInfo;
 use redis::aio::ConnectionLike;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 use uuid::Uuid;
 
 use crate::api::inner::Inner;
@@ -636,6 +637,7 @@ impl LockClient {
                 shutdown,
                 closed: AtomicBool::new(false),
                 closing: CancellationToken::new(),
+                closing_releases: (TaskTracker::new(), Mutex::new(None)),
                 quarantine_until: Mutex::new(None),
             }),
         };

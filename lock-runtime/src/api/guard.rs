@@ -3,6 +3,7 @@
 use std::borrow::Cow;
 use std::fmt;
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use crate::api::inner::Inner;
@@ -432,7 +433,10 @@ impl LockGuard {
     /// [`LockError::NoQuorum`]). The last guard's release is then sent again
     /// in the background until Redis answers (for ten minutes at most; the
     /// lock expires after its lease if Redis never does): a stalled server
-    /// does not leave the lock taken by nobody for its lease.
+    /// does not leave the lock taken by nobody for its lease. A hold that
+    /// [`LockClient::shutdown`](crate::LockClient::shutdown) ended is still
+    /// held in Redis: it is given back like any other, and a give-back that
+    /// fails is reported as that failure rather than as lost.
     pub async fn release(mut self) -> Result<(), LockError> {
         self.end_section();
         self.done = true;
@@ -478,13 +482,22 @@ async fn end(
         last,
         keep_until,
     } = ending;
+    // A hold the client's shutdown ended is still held in Redis, and the
+    // client takes no more locks: it is given back as any other.
+    let shut_down = matches!(
+        lost_before,
+        Some(LockError::Lost {
+            reason: LossReason::ShutDown,
+            ..
+        })
+    );
     let outcome = async {
         // The last guard gives back every level: a re-entry whose answer
         // was lost may have counted one more in Redis than guards here, and
         // every level at once is safe to send again after a failure that
         // leaves open whether it ran. Not for a lock lost before: the same
         // owner may hold it anew.
-        let whole = last && lost_before.is_none();
+        let whole = last && (lost_before.is_none() || shut_down);
         let keep = keep_until.map_or(Duration::ZERO, |until| {
             until.saturating_duration_since(Instant::now())
         });
@@ -493,9 +506,13 @@ async fn end(
             give_back_later(client, held, keep_until, err);
         }
         // A lock lost before is reported as lost, whether or not Redis
-        // could be told of the release.
+        // could be told of the release; one the shutdown ended, which
+        // Redis still had, by the release's failure if it failed.
         if let Some(lost) = lost_before {
-            return Err(lost);
+            return match released {
+                Err(err) if shut_down => Err(err),
+                _ => Err(lost),
+            };
         }
         match held
             .iter()
@@ -761,7 +778,8 @@ impl Drop for LockGuard {
         let client = self.client.clone();
         let held = std::mem::take(&mut self.held);
         let keep_until = self.keep_until;
-        runtime.spawn(async move {
+        let closing = client.closed.load(Ordering::Acquire);
+        let releasing = async move {
             // A loss was logged when it was found; only a failed release is news.
             let ending = Ending {
                 lost_before,
@@ -771,9 +789,24 @@ impl Drop for LockGuard {
             match end(&client, &held, ending, telemetry).await {
                 Err(err) if !err.is_lost() => {
                     tracing::warn!(key = %held[0].name, error = %Chain(&err), "release on drop failed");
+                    if closing {
+                        client
+                            .closing_releases
+                            .1
+                            .lock()
+                            .unwrap_or_else(|e| e.into_inner())
+                            .get_or_insert(err);
+                    }
                 }
                 _ => {}
             }
-        });
+        };
+        // Dropped as the client shuts down: `shutdown` waits for the
+        // release, and reports its failure.
+        if closing {
+            self.client.closing_releases.0.spawn_on(releasing, &runtime);
+        } else {
+            runtime.spawn(releasing);
+        }
     }
 }

@@ -14,6 +14,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 use uuid::Uuid;
 
 use crate::base::config::Config;
@@ -42,6 +43,10 @@ pub(crate) struct Inner {
     pub(crate) closed: AtomicBool,
     /// Cancelled when the client shuts down: waits under way end.
     pub(crate) closing: CancellationToken,
+    /// The releases of guards dropped as the client shuts down, which
+    /// [`LockClient::shutdown`](crate::LockClient::shutdown) waits for, and
+    /// the first error of one that Redis could not be told of.
+    pub(crate) closing_releases: (TaskTracker, Mutex<Option<LockError>>),
     /// Until when the restart quarantine keeps locks closed, as the last
     /// acquisition that met it was told.
     pub(super) quarantine_until: Mutex<Option<Instant>>,

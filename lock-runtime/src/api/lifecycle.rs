@@ -100,7 +100,8 @@ impl LockClient {
     /// 2. every hold is told it is lost ([`LossReason::ShutDown`]), so that
     ///    bodies under `#[distributed_lock]` or
     ///    [`LockGuard::lost`](crate::LockGuard::lost) stop, and their guards,
-    ///    dropped, give their locks back;
+    ///    dropped, give their locks back (every level, as any last release;
+    ///    `shutdown` waits for those releases too);
     /// 3. after up to the command timeout for that, it gives back whatever
     ///    is still held (a guard kept past the loss), every level at once,
     ///    so that other instances take the locks at once instead of after
@@ -125,9 +126,10 @@ impl LockClient {
     ///
     /// # Errors
     ///
-    /// The first error of a give-back Redis could not be told of (on
-    /// Redlock, fewer than a majority of masters answered:
-    /// [`LockError::NoQuorum`]); those locks expire after their leases.
+    /// The first error of a give-back Redis could not be told of, a guard's
+    /// dropped meanwhile or one of its own (on Redlock, fewer than a
+    /// majority of masters answered: [`LockError::NoQuorum`]); those locks
+    /// expire after their leases.
     pub async fn shutdown(&self) -> Result<(), LockError> {
         let inner = &self.inner;
         if inner.closed.swap(true, Ordering::AcqRel) {
@@ -144,6 +146,23 @@ impl LockClient {
         while inner.registry.len() > 0 && Instant::now() < grace {
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
+        // The guards dropped meanwhile give their locks back in tasks of
+        // their own: waited for (each within its command timeout), and the
+        // first that Redis could not be told of reported.
+        let (dropped, failed) = &inner.closing_releases;
+        dropped.close();
+        let bound = inner.config.command_timeout
+            + inner
+                .config
+                .replicas(None)
+                .map_or(Duration::ZERO, |replicas| replicas.timeout);
+        if tokio::time::timeout(bound * 2, dropped.wait())
+            .await
+            .is_err()
+        {
+            tracing::debug!(client = %inner.id, "releases of dropped guards still under way");
+        }
+        let failed = failed.lock().unwrap_or_else(|e| e.into_inner()).take();
         let left = inner.registry.drain();
         let giving_back = left.iter().map(|held| {
             inner.backend.release(
@@ -157,7 +176,7 @@ impl LockClient {
         let given = futures_util::future::join_all(giving_back).await;
         inner.stop();
         tracing::debug!(client = %inner.id, given_back = left.len(), "lock client shut down");
-        match given.into_iter().find_map(Result::err) {
+        match failed.or_else(|| given.into_iter().find_map(Result::err)) {
             Some(err) => Err(err),
             None => Ok(()),
         }
