@@ -424,3 +424,53 @@ async fn a_late_grant_given_back_unanswered_by_one_master_is_not_followed_by_the
     .await;
     waiter.abort();
 }
+
+/// A master that refuses the give-back of a grant too late to be held (a
+/// read-only one here) will not run it later: the waiter tries again as
+/// after any busy attempt, and takes the lock once the masters answer in
+/// time. It ended with the master's refusal before.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_late_grant_given_back_refused_by_one_master_is_followed_by_a_retry() {
+    let masters = RedisServer::start_many(3);
+    let mut proxies = Vec::new();
+    for master in &masters {
+        proxies.push(Proxy::start(master.port()).await.expect("proxy"));
+    }
+    let urls: Vec<String> = proxies.iter().map(Proxy::url).collect();
+    let builder = builder_for(Deployment::redlock(urls))
+        .command_timeout(Duration::from_secs(2))
+        .drift(Duration::from_millis(990));
+    let locks = connect(builder).await;
+    let warm = locks.lock("warm-up").acquire().await.expect("acquire");
+    warm.release().await.expect("release");
+    let name = unique_key("late-refused");
+    // As above, with the third master refusing every write at once.
+    masters[2].cli(&["REPLICAOF", "127.0.0.1", "1"]);
+    proxies[0].set_delay(Duration::from_millis(750));
+    proxies[1].set_delay(Duration::from_millis(750));
+    let request = locks
+        .lock(name.as_str())
+        .lease(Duration::from_secs(3))
+        .wait(Duration::from_secs(30));
+    let waiter = tokio::spawn(request.acquire());
+    // Once a grant came too late and was given back, the masters answer in
+    // time again.
+    within(
+        &masters[0],
+        Duration::from_secs(20),
+        "a grant given back",
+        async {
+            while scripts_ran(&masters[0]) < 5 {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        },
+    )
+    .await;
+    proxies[0].set_delay(Duration::ZERO);
+    proxies[1].set_delay(Duration::ZERO);
+    let outcome = within(&masters[0], Duration::from_secs(20), "the waiter", waiter).await;
+    let guard = outcome
+        .expect("waiter")
+        .expect("taken once the masters answer in time");
+    guard.release().await.expect("release");
+}

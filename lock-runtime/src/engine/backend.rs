@@ -73,7 +73,7 @@ use crate::store::scripts::{
 enum Answering {
     /// A majority; the others' answers are awaited in the background.
     Majority,
-    /// Every master.
+    /// Every master, or its refusal (which leaves nothing to run later).
     Every,
 }
 
@@ -299,8 +299,9 @@ impl Backend {
     /// again. On Redlock it waits for every master, where a release returns
     /// once a majority answered: a give-back still on its way to another
     /// master would free there the grant `owner` asks for next. A master
-    /// that does not answer fails it, and the caller goes on under a new
-    /// owner id.
+    /// that does not answer fails it (one that refuses it does not: it
+    /// will not run it later), and the caller goes on under a new owner
+    /// id.
     pub(crate) async fn give_back(
         &self,
         name: &str,
@@ -533,10 +534,7 @@ impl Backend {
             }
             Topology::Quorum(nodes) => {
                 let call = build(locks);
-                let enough = match answering {
-                    Answering::Majority => needed(nodes.len(), 1),
-                    Answering::Every => nodes.len(),
-                };
+                let enough = needed(nodes.len(), 1);
                 let mut pending: FuturesUnordered<_> = nodes
                     .iter()
                     .map(|node| op(node.clone(), name.to_owned(), call.clone(), locks.len()))
@@ -544,19 +542,19 @@ impl Backend {
                 let mut outcomes = Vec::new();
                 while let Some(outcome) = pending.next().await {
                     outcomes.push(outcome);
-                    if outcomes.iter().filter(|o| o.is_ok()).count() >= enough {
+                    let answered = outcomes.iter().filter(|o| o.is_ok()).count();
+                    if answering == Answering::Majority && answered >= enough {
                         break;
                     }
                 }
                 if !pending.is_empty() {
                     tokio::spawn(async move { while pending.next().await.is_some() {} });
                 }
-                // Fewer answered than needed (every master did, the others
-                // with errors): a release left the lock where most masters
-                // keep it (a give-back, where some master may), taken until
-                // its lease runs out, so it failed, and one that must be
-                // sent again (`retire`, a last release) is, unless a master
-                // refused it for good.
+                // Fewer than a majority answered (every master did, the
+                // others with errors): a release left the lock where most
+                // masters keep it, taken until its lease runs out, so it
+                // failed, and one that must be sent again (`retire`, a last
+                // release) is, unless a master refused it for good.
                 let answered = outcomes.iter().filter(|o| o.is_ok()).count();
                 if answered < enough {
                     let mut errors: Vec<LockError> =
@@ -569,6 +567,24 @@ impl Backend {
                         return Err(no_quorum(name, enough, nodes.len(), unreachable, last));
                     }
                     return Ok(Vec::new());
+                }
+                // Every master asked to answer: one whose answer was lost
+                // may still run the call (a master that refused it did not
+                // run it, and never will).
+                if answering == Answering::Every {
+                    let mut lost: Vec<LockError> = Vec::new();
+                    let mut answers = Vec::new();
+                    for outcome in outcomes {
+                        match outcome {
+                            Err(err) if err.is_unavailable() => lost.push(err),
+                            other => answers.push(other),
+                        }
+                    }
+                    let unanswered = lost.len();
+                    if let Some(last) = lost.pop() {
+                        return Err(no_quorum(name, nodes.len(), nodes.len(), unanswered, last));
+                    }
+                    return successes(answers);
                 }
                 successes(outcomes)
             }

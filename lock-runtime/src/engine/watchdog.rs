@@ -93,7 +93,10 @@ impl Timing {
     /// acquisition may have lengthened while a renewal with the shorter
     /// one was in flight.
     fn confirm(&mut self, sent: Instant, lease: Duration) {
-        self.valid_until = self.valid_until.max(sent + lease - self.drift);
+        let confirmed = self.valid_until.max(sent + lease - self.drift);
+        // Never past the cap: a renewal sent before a nested cap came (see
+        // `Registry::hold`) asked for a whole lease.
+        self.valid_until = self.cap.map_or(confirmed, |cap| confirmed.min(cap));
         self.renew_at = self.next_renewal(sent);
     }
 
@@ -362,14 +365,15 @@ impl Registry {
             }
             // A nested cap bounds the whole hold too: the earlier wins.
             // Renewals made before it may have taken the hold past it, so
-            // it is valid no longer than the cap (less the drift) from now,
-            // and the sweep is told of the new deadline.
+            // it is valid no longer than the cap (Redis keeps the lock
+            // longer: no drift margin is due), and the sweep is told of the
+            // new deadline.
             if let Some(cap) = acquired.cap {
-                timing.cap = Some(timing.cap.map_or(cap, |held| held.min(cap)));
-                let until = cap.checked_sub(timing.drift).unwrap_or(cap);
-                if until < timing.valid_until {
-                    timing.valid_until = until;
-                    let lost_at = until.checked_sub(DECLARE_EARLY).unwrap_or(until);
+                let cap = timing.cap.map_or(cap, |held| held.min(cap));
+                timing.cap = Some(cap);
+                if cap < timing.valid_until {
+                    timing.valid_until = cap;
+                    let lost_at = cap.checked_sub(DECLARE_EARLY).unwrap_or(cap);
                     if entries.next_wake.is_none_or(|wake| lost_at < wake) {
                         entries.next_wake = Some(lost_at);
                         self.changed.notify_one();
@@ -782,6 +786,43 @@ mod tests {
         assert!(held.at_cap());
         // Past the cap, a check asks for nothing more.
         assert_eq!(held.timing().lease_at(cap), FIXED_CHECK);
+    }
+
+    /// A nested cap ends the hold at the cap itself: not earlier by the
+    /// outer lease's drift margin (which may be longer than the cap, and
+    /// would end the hold as it is entered), and not later when a renewal
+    /// sent before the cap came, for a whole lease, answers after it.
+    #[test]
+    fn a_nested_cap_ends_the_hold_at_the_cap() {
+        let registry = Registry::default();
+        let keys = LockKeys::new("lock:", "nested-cap");
+        let owner: Arc<str> = Arc::from("owner");
+        let start = Instant::now();
+        let lease = Duration::from_secs(60);
+        let held = registry.hold(Acquisition {
+            drift: Duration::from_millis(602),
+            ..acquisition(&keys, &owner, lease, start)
+        });
+        // A renewal goes out 20 s in, for a whole lease...
+        let sent = start + Duration::from_secs(20);
+        let asked = held.timing().lease_at(sent);
+        assert_eq!(asked, lease);
+        // ...and a re-entry capped at 500 ms is granted meanwhile.
+        let entered = sent + Duration::from_millis(1);
+        let cap = entered + Duration::from_millis(500);
+        registry.hold(Acquisition {
+            cap: Some(cap),
+            ..acquisition(&keys, &owner, lease, entered)
+        });
+        let (overdue, _, _) = registry.sweep(entered + Duration::from_millis(1));
+        assert!(overdue.is_empty(), "lost as it was entered");
+        assert_eq!(held.timing().valid_until, cap);
+        // The renewal's answer does not take the hold past the cap.
+        held.timing().confirm(sent, asked);
+        assert_eq!(held.timing().valid_until, cap);
+        assert!(held.at_cap());
+        let (overdue, _, _) = registry.sweep(cap);
+        assert_eq!(overdue.len(), 1, "held past its cap");
     }
 
     #[tokio::test(start_paused = true)]
