@@ -192,3 +192,38 @@ async fn timeouts_too_long_for_the_clock_mean_no_limit_not_a_panic() {
     assert_eq!(replica.cli(&["EXISTS", &lock_key(&name)]), "1");
     ok(&master, guard.release().await);
 }
+
+/// `WAIT` is given the replica timeout on top of the command timeout: with
+/// no replica to confirm a grant, an acquisition fails as not replicated
+/// after the replica timeout, not as unanswered at the command timeout
+/// (which then also read replicas that confirm between the two as a lost
+/// answer).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_timeout_longer_than_the_command_timeout_is_waited_for() {
+    let server = RedisServer::start();
+    let locks = LockClient::builder(server.url())
+        .command_timeout(Duration::from_millis(500))
+        .replica_timeout(Duration::from_millis(1500))
+        .connect()
+        .await;
+    let locks = ok(&server, locks);
+    // The server has the library's functions before the call that waits.
+    let warm = ok(&server, locks.lock("warm-up").acquire().await);
+    ok(&server, warm.release().await);
+    let name = unique_key("wait-longer");
+    let started = Instant::now();
+    let outcome = locks
+        .lock(name.as_str())
+        .min_replicas(1)
+        .wait(Duration::ZERO)
+        .acquire()
+        .await;
+    let took = started.elapsed();
+    assert!(
+        matches!(outcome, Err(LockError::NotReplicated { .. })),
+        "{outcome:?} after {took:?}"
+    );
+    assert!(took >= Duration::from_millis(1400), "{took:?}");
+    // The grant no replica confirmed was given back.
+    assert_eq!(server.cli(&["EXISTS", &lock_key(&name)]), "0");
+}

@@ -144,7 +144,10 @@ async fn connect_server(
             Some(manager) => Managed::shared(client.clone(), settings.clone(), manager),
             None => Managed::connect(client.clone(), settings.clone()).await?,
         };
-        let replicated = Managed::connect(client, settings.clone()).await?;
+        let waiting = settings
+            .clone()
+            .set_response_timeout(Some(connection::replicated_timeout(config)));
+        let replicated = Managed::connect(client, waiting).await?;
         let subscriber =
             Managed::connect(subscriber_client, settings.set_push_sender(push)).await?;
         Ok::<_, redis::RedisError>((conn, replicated, subscriber))
@@ -241,7 +244,7 @@ async fn connect_cluster(
 ) -> Result<(Connected, Subscriber), LockError> {
     let opened = async {
         let conn = source.commands(config).await?;
-        let replicated = source.commands(config).await?;
+        let replicated = source.replicated(config).await?;
         let subscriber = source.subscriber(config, push).await?;
         Ok::<_, redis::RedisError>((conn, replicated, subscriber))
     };
@@ -297,8 +300,11 @@ async fn connect_sentinel(
             false,
         )
         .await?;
+        let waiting = settings
+            .clone()
+            .set_response_timeout(Some(connection::replicated_timeout(config)));
         let replicated =
-            Following::connect(sentinels.clone(), settings.clone(), on_switch, false).await?;
+            Following::connect(sentinels.clone(), waiting, on_switch, false).await?;
         let subscriber = Following::connect(
             sentinels,
             settings.set_push_sender(wakeups.push_handler(0, on_disconnect.clone())),
