@@ -227,3 +227,28 @@ async fn a_replica_timeout_longer_than_the_command_timeout_is_waited_for() {
     // The grant no replica confirmed was given back.
     assert_eq!(server.cli(&["EXISTS", &lock_key(&name)]), "0");
 }
+
+/// A `WAIT` that Redis refuses (here an ACL without it) after the script
+/// granted the lock: the grant is given back, and the refusal is the
+/// error. The grant stayed taken for its whole lease before.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_wait_gives_the_grant_back() {
+    let (server, [locks]) = start_server_with_clients().await;
+    let warm = ok(&server, locks.lock("warm-up").acquire().await);
+    ok(&server, warm.release().await);
+    server.cli(&["ACL", "SETUSER", "default", "-wait"]);
+    let name = unique_key("wait-refused");
+    let outcome = locks
+        .lock(name.as_str())
+        .min_replicas(1)
+        .lease(Duration::from_secs(20))
+        .wait(Duration::ZERO)
+        .acquire()
+        .await;
+    assert!(
+        matches!(&outcome, Err(LockError::Auth { .. })),
+        "{:?}",
+        outcome.map(drop)
+    );
+    assert_eq!(server.cli(&["EXISTS", &lock_key(&name)]), "0");
+}

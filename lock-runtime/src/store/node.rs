@@ -169,11 +169,14 @@ impl Node {
             let reply: Vec<i64> = self.coalesced(name, take, Some(call.undo())).await?;
             return acquired(name, locks, &reply);
         };
-        let (reply, acked): (Vec<i64>, u32) =
+        let (reply, acked): (Vec<i64>, Acked) =
             self.run_replicated(Some(name), take, replicas).await?;
         let outcome = acquired(name, locks, &reply)?;
+        let replication = acked
+            .count(Some(name))
+            .and_then(|acked| replicated(Some(name), replicas, acked));
         if let Acquired::Held(granted) = &outcome
-            && let Err(err) = replicated(Some(name), replicas, acked)
+            && let Err(err) = replication
         {
             let undo = call.undo().call(granted);
             if let Err(undo_err) = self.release(name, &undo, locks).await {
@@ -226,8 +229,9 @@ impl Node {
     ) -> Result<Vec<bool>, LockError> {
         let renewed: Vec<i64> = match replicas {
             Some(replicas) => {
-                let (renewed, acked) = self.run_replicated(None, call, replicas).await?;
-                replicated(None, replicas, acked)?;
+                let (renewed, acked): (Vec<i64>, Acked) =
+                    self.run_replicated(None, call, replicas).await?;
+                replicated(None, replicas, acked.count(None)?)?;
                 renewed
             }
             None => {
@@ -360,7 +364,7 @@ impl Node {
         name: Option<&str>,
         call: &Call,
         replicas: Replicas,
-    ) -> Result<(T, u32), LockError> {
+    ) -> Result<(T, Acked), LockError> {
         let cmd = call.command(self.sharded, &self.quarantine, self.form());
         let runs = call.runs(self.sharded);
         let sending = Sending::ThenWait(replicas);
@@ -430,9 +434,38 @@ impl Sending {
                 // of every call holds what its paths hold, and a large one
                 // costs every call (and overflowed a thread's stack in
                 // unoptimised builds).
-                Box::pin(pipe.query_async(conn)).await
+                let replies: Vec<Value> = Box::pin(pipe.ignore_errors().query_async(conn)).await?;
+                // The script's refusal is the call's error, as when it runs
+                // alone. WAIT's own refusal is the caller's to read (see
+                // `Acked`): the script ran, and what it granted must not be
+                // left taken.
+                if let Some(Value::ServerError(refused)) = replies.first() {
+                    return Err(refused.clone().into());
+                }
+                Ok(T::from_redis_value(Value::Array(replies))?)
             }
         }
+    }
+}
+
+/// What `WAIT` answered after a script: how many replicas have its
+/// writes, or WAIT's refusal (an ACL without it, a renamed command).
+struct Acked(Result<u32, redis::ServerError>);
+
+impl FromRedisValue for Acked {
+    fn from_redis_value(value: Value) -> Result<Self, redis::ParsingError> {
+        match value {
+            Value::ServerError(refused) => Ok(Acked(Err(refused))),
+            other => Ok(Acked(Ok(u32::from_redis_value(other)?))),
+        }
+    }
+}
+
+impl Acked {
+    /// The replicas that have the writes, or WAIT's refusal as an error.
+    fn count(self, name: Option<&str>) -> Result<u32, LockError> {
+        self.0
+            .map_err(|refused| LockError::from_redis(name, refused.into()))
     }
 }
 
