@@ -108,3 +108,58 @@ async fn a_lock_no_replica_confirms_is_given_back_with_a_clear_error() {
         .await;
     guard.expect("granted").release().await.expect("release");
 }
+
+/// A master demoted under its clients' connections (an operator's
+/// `REPLICAOF`, Redis's `FAILOVER`), with the sentinels reporting the new
+/// one: a call refused as READONLY makes the client ask the sentinels and
+/// follow. It kept sending to the old master, and every call failed as
+/// read-only until the connection happened to drop.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_master_demoted_under_its_connections_is_followed_on_read_only() {
+    let group = start_sentinel_group(1, 1);
+    let locks = connect(sentinel_builder(&group)).await;
+    let first = unique_key("before-demotion");
+    let guard = locks.lock(first.as_str()).acquire().await.expect("acquire");
+    guard.release().await.expect("release");
+    let old = group.master();
+    let new = group
+        .nodes()
+        .iter()
+        .find(|node| node.port() != old.port())
+        .expect("a replica");
+    let new_port = new.port().to_string();
+    new.cli(&["REPLICAOF", "NO", "ONE"]);
+    old.cli(&["REPLICAOF", "127.0.0.1", &new_port]);
+    let sentinel = &group.sentinels()[0];
+    let service = group.service_name();
+    sentinel.cli(&["SENTINEL", "REMOVE", service]);
+    sentinel.cli(&["SENTINEL", "MONITOR", service, "127.0.0.1", &new_port, "1"]);
+    common::until(
+        Duration::from_secs(10),
+        "the sentinel reports the new master",
+        async || {
+            sentinel
+                .cli(&["SENTINEL", "GET-MASTER-ADDR-BY-NAME", service])
+                .contains(&new_port)
+        },
+    )
+    .await;
+    // The next calls go to the new master (whose restart quarantine may
+    // hold the first of them back), not to the read-only old one.
+    for i in 0..3 {
+        let name = unique_key(&format!("after-demotion-{i}"));
+        let outcome = locks
+            .lock(name.as_str())
+            .wait(Duration::from_secs(5))
+            .acquire()
+            .await;
+        assert!(
+            !matches!(outcome, Err(LockError::ReadOnly { .. })),
+            "still sent to the demoted master: {:?}",
+            outcome.map(drop)
+        );
+        if let Ok(guard) = outcome {
+            guard.release().await.expect("release");
+        }
+    }
+}

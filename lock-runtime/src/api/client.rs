@@ -303,8 +303,7 @@ async fn connect_sentinel(
         let waiting = settings
             .clone()
             .set_response_timeout(Some(connection::replicated_timeout(config)));
-        let replicated =
-            Following::connect(sentinels.clone(), waiting, on_switch, false).await?;
+        let replicated = Following::connect(sentinels.clone(), waiting, on_switch, false).await?;
         let subscriber = Following::connect(
             sentinels,
             settings.set_push_sender(wakeups.push_handler(0, on_disconnect.clone())),

@@ -912,16 +912,33 @@ fn moved_master(err: &RedisError) -> bool {
     is_read_only(err) || not_reached(err)
 }
 
+impl Following {
+    /// After a command's `outcome`: whether it failed because the master
+    /// moved and can be sent again to the new one (see `after_failure`).
+    /// redis-rs hands a server's error reply back as a value (it becomes
+    /// an error only later, in `query_async`): a READONLY reply, the first
+    /// of a pipeline's, says the master was demoted under this connection.
+    async fn send_again(&self, seen: &str, outcome: Result<&Value, &RedisError>) -> bool {
+        match outcome {
+            Err(err) => self.after_failure(seen, err).await,
+            Ok(Value::ServerError(refused)) => {
+                let err = RedisError::from(refused.clone());
+                is_read_only(&err) && self.after_failure(seen, &err).await
+            }
+            Ok(_) => false,
+        }
+    }
+}
+
 impl ConnectionLike for Following {
     fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
         Box::pin(async move {
             let (seen, mut manager) = self.up_to_date().await;
-            match manager.req_packed_command(cmd).await {
-                Err(err) if self.after_failure(&seen, &err).await => {
-                    self.manager().req_packed_command(cmd).await
-                }
-                other => other,
+            let outcome = manager.req_packed_command(cmd).await;
+            if self.send_again(&seen, outcome.as_ref()).await {
+                return self.manager().req_packed_command(cmd).await;
             }
+            outcome
         })
     }
 
@@ -933,14 +950,23 @@ impl ConnectionLike for Following {
     ) -> RedisFuture<'a, Vec<Value>> {
         Box::pin(async move {
             let (seen, mut manager) = self.up_to_date().await;
-            match manager.req_packed_commands(pipeline, offset, count).await {
-                Err(err) if self.after_failure(&seen, &err).await => {
-                    self.manager()
-                        .req_packed_commands(pipeline, offset, count)
-                        .await
-                }
-                other => other,
+            let outcome = manager.req_packed_commands(pipeline, offset, count).await;
+            // Only a refusal of the pipeline's first command proves that
+            // nothing of it wrote (the scripts' pipelines: the script, then
+            // WAIT, which a replica refuses too).
+            let first = match &outcome {
+                Ok(values) => values.first().map(Ok),
+                Err(err) => Some(Err(err)),
+            };
+            if let Some(first) = first
+                && self.send_again(&seen, first).await
+            {
+                return self
+                    .manager()
+                    .req_packed_commands(pipeline, offset, count)
+                    .await;
             }
+            outcome
         })
     }
 
