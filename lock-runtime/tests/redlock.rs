@@ -377,6 +377,41 @@ async fn a_give_back_held_up_leaves_a_later_grant_to_the_same_owner_id() {
     held.release().await.expect("release");
 }
 
+/// A Redlock client that reaches each of `masters` through a proxy, with
+/// the late-grant tests' timing (a 2 s command timeout, a 990 ms drift
+/// margin), once every master has the library's functions (loading them
+/// through delaying proxies would add round trips).
+async fn through_proxies(masters: &[RedisServer]) -> (Vec<Proxy>, LockClient) {
+    let mut proxies = Vec::new();
+    for master in masters {
+        proxies.push(Proxy::start(master.port()).await.expect("proxy"));
+    }
+    let urls: Vec<String> = proxies.iter().map(Proxy::url).collect();
+    let builder = builder_for(Deployment::redlock(urls))
+        .command_timeout(Duration::from_secs(2))
+        .drift(Duration::from_millis(990));
+    let locks = connect(builder).await;
+    let warm = locks.lock("warm-up").acquire().await.expect("acquire");
+    warm.release().await.expect("release");
+    (proxies, locks)
+}
+
+/// Puts the first two masters 1.5 s away: their quorum comes within a
+/// [`late_request`]'s 3 s lease less the drift (with 500 ms to spare), and
+/// the fence raise after it takes 1.5 s more, too late to hold the lock.
+fn late_quorum(proxies: &[Proxy]) {
+    proxies[0].set_delay(Duration::from_millis(750));
+    proxies[1].set_delay(Duration::from_millis(750));
+}
+
+/// The late-grant tests' acquisition of `name`.
+fn late_request(locks: &LockClient, name: &str) -> lock_runtime::LockRequest {
+    locks
+        .lock(name)
+        .lease(Duration::from_secs(3))
+        .wait(Duration::from_secs(30))
+}
+
 /// A grant that came too late to be held (here the fence raise took too
 /// long) is given back before its owner id asks again, on every master: a
 /// give-back still on its way to a master that did not answer could free
@@ -386,30 +421,12 @@ async fn a_give_back_held_up_leaves_a_later_grant_to_the_same_owner_id() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_late_grant_given_back_unanswered_by_one_master_is_not_followed_by_the_same_owner_id() {
     let masters = RedisServer::start_many(3);
-    let mut proxies = Vec::new();
-    for master in &masters {
-        proxies.push(Proxy::start(master.port()).await.expect("proxy"));
-    }
-    let urls: Vec<String> = proxies.iter().map(Proxy::url).collect();
-    let builder = builder_for(Deployment::redlock(urls))
-        .command_timeout(Duration::from_secs(2))
-        .drift(Duration::from_millis(990));
-    let locks = connect(builder).await;
-    // Every master has the library's functions before the delays start.
-    let warm = locks.lock("warm-up").acquire().await.expect("acquire");
-    warm.release().await.expect("release");
+    let (proxies, locks) = through_proxies(&masters).await;
     let name = unique_key("late-everywhere");
-    // Two masters answer in 1.5 s, a quorum within the 3 s lease less the
-    // drift (with 500 ms to spare); the fence raise takes 1.5 s more, too
-    // late. The third answers nothing within the command timeout.
-    proxies[0].set_delay(Duration::from_millis(750));
-    proxies[1].set_delay(Duration::from_millis(750));
+    // The third master answers nothing within the command timeout.
+    late_quorum(&proxies);
     proxies[2].set_delay(Duration::from_millis(2500));
-    let request = locks
-        .lock(name.as_str())
-        .lease(Duration::from_secs(3))
-        .wait(Duration::from_secs(30));
-    let waiter = tokio::spawn(request.acquire());
+    let waiter = tokio::spawn(late_request(&locks, &name).acquire());
     let retired = format!("{}:gone:*", common::lock_key(&name));
     within(
         &masters[0],
@@ -432,27 +449,12 @@ async fn a_late_grant_given_back_unanswered_by_one_master_is_not_followed_by_the
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_late_grant_given_back_refused_by_one_master_is_followed_by_a_retry() {
     let masters = RedisServer::start_many(3);
-    let mut proxies = Vec::new();
-    for master in &masters {
-        proxies.push(Proxy::start(master.port()).await.expect("proxy"));
-    }
-    let urls: Vec<String> = proxies.iter().map(Proxy::url).collect();
-    let builder = builder_for(Deployment::redlock(urls))
-        .command_timeout(Duration::from_secs(2))
-        .drift(Duration::from_millis(990));
-    let locks = connect(builder).await;
-    let warm = locks.lock("warm-up").acquire().await.expect("acquire");
-    warm.release().await.expect("release");
+    let (proxies, locks) = through_proxies(&masters).await;
     let name = unique_key("late-refused");
     // As above, with the third master refusing every write at once.
     masters[2].cli(&["REPLICAOF", "127.0.0.1", "1"]);
-    proxies[0].set_delay(Duration::from_millis(750));
-    proxies[1].set_delay(Duration::from_millis(750));
-    let request = locks
-        .lock(name.as_str())
-        .lease(Duration::from_secs(3))
-        .wait(Duration::from_secs(30));
-    let waiter = tokio::spawn(request.acquire());
+    late_quorum(&proxies);
+    let waiter = tokio::spawn(late_request(&locks, &name).acquire());
     // Once a grant came too late and was given back, the masters answer in
     // time again.
     within(
