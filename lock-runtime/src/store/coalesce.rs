@@ -51,13 +51,13 @@ use std::time::Duration;
 
 use futures_util::future::BoxFuture;
 use futures_util::stream::{FuturesUnordered, StreamExt};
-use redis::{RedisError, Value};
+use redis::{FromRedisValue, RedisError, Value};
 use tokio::sync::oneshot;
 
 use crate::base::detached::poll_in_place;
 use crate::base::error::LockError;
 use crate::base::keys::slot;
-use crate::store::scripts::{Call, Taken, Undo};
+use crate::store::scripts::{Call, Undo};
 
 /// Why a call has no reply.
 #[derive(Debug, Clone)]
@@ -485,10 +485,13 @@ fn hand<T: Transport>(transport: &T, waiter: Waiter, reply: Reply) {
 /// Gives back what `value`, the reply of an acquisition whose caller is
 /// gone, granted (if it did), with `undo`, in a task of its own.
 fn give_back<T: Transport>(transport: &T, value: &Value, undo: &Undo) {
-    let Some(granted) = granted(value) else {
+    let Some(undo) = Vec::<i64>::from_redis_value_ref(value)
+        .ok()
+        .and_then(|reply| undo.call_for(&reply))
+    else {
         return;
     };
-    let give_back = transport.send(std::iter::once(&undo.call(&granted)));
+    let give_back = transport.send(std::iter::once(&undo));
     tokio::spawn(async move {
         if let Err(failure) = give_back.await {
             tracing::debug!(
@@ -499,30 +502,6 @@ fn give_back<T: Transport>(transport: &T, value: &Value, undo: &Undo) {
     });
 }
 
-/// What an acquire script's reply grants (`{1, token, count, ...}`), if
-/// it does.
-fn granted(value: &Value) -> Option<Vec<Taken>> {
-    let Value::Array(items) = value else {
-        return None;
-    };
-    let [Value::Int(1), taken @ ..] = &items[..] else {
-        return None;
-    };
-    let number = |value: &Value| match value {
-        Value::Int(n) => Some(*n as u64),
-        _ => None,
-    };
-    taken
-        .chunks_exact(2)
-        .map(|pair| {
-            Some(Taken {
-                fence: number(&pair[0])?,
-                count: number(&pair[1])?,
-            })
-        })
-        .collect()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -530,30 +509,6 @@ mod tests {
     use crate::store::scripts::calls;
     use std::panic::AssertUnwindSafe;
     use std::sync::atomic::{AtomicUsize, Ordering};
-
-    /// A grant's reply yields the tokens its give-back names (see
-    /// `calls::undo`); a busy or odd reply grants nothing.
-    #[test]
-    fn a_grant_is_read_with_its_tokens() {
-        let reply = |items: Vec<Value>| Value::Array(items);
-        let granted_two = reply([1, 41, 1, 7, 2].map(Value::Int).to_vec());
-        assert_eq!(
-            granted(&granted_two),
-            Some(vec![
-                Taken {
-                    fence: 41,
-                    count: 1
-                },
-                Taken { fence: 7, count: 2 },
-            ])
-        );
-        assert_eq!(granted(&reply([0, 250, 0].map(Value::Int).to_vec())), None);
-        assert_eq!(
-            granted(&reply(vec![Value::Int(1), Value::Nil, Value::Int(1)])),
-            None
-        );
-        assert_eq!(granted(&Value::Okay), None);
-    }
 
     /// A transport whose calls panic when polled, counting the polls.
     #[derive(Clone, Default)]

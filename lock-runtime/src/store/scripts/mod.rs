@@ -587,6 +587,12 @@ impl Undo {
     pub(crate) fn call(&self, granted: &[Taken]) -> Call {
         calls::undo(&self.take, self.locks, &self.stored, self.giving, granted)
     }
+
+    /// The release call for the grant an acquire call replied, if it
+    /// granted (see [`replies::granted`]).
+    pub(crate) fn call_for(&self, reply: &[i64]) -> Option<Call> {
+        replies::granted(self.locks, reply).map(|granted| self.call(&granted))
+    }
 }
 
 /// How much of a hold a release gives back.

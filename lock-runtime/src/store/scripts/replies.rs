@@ -47,18 +47,29 @@ pub(crate) struct HandedOn {
     pub(crate) to: Option<(usize, u64)>,
 }
 
+/// What a grant of `locks` locks (`{1, token, count, ...}`, one pair per
+/// lock) took; `None` for any other reply.
+pub(crate) fn granted(locks: usize, reply: &[i64]) -> Option<Vec<Taken>> {
+    let [1, taken @ ..] = reply else {
+        return None;
+    };
+    (taken.len() == 2 * locks).then(|| {
+        taken
+            .chunks_exact(2)
+            .map(|pair| Taken {
+                fence: pair[0] as u64,
+                count: pair[1] as u64,
+            })
+            .collect()
+    })
+}
+
 /// Reads the acquire scripts' reply for `locks` locks.
 pub(crate) fn acquired(name: &str, locks: usize, reply: &[i64]) -> Result<Acquired, LockError> {
+    if let Some(held) = granted(locks, reply) {
+        return Ok(Acquired::Held(held));
+    }
     match reply {
-        [1, taken @ ..] if taken.len() == 2 * locks => Ok(Acquired::Held(
-            taken
-                .chunks_exact(2)
-                .map(|pair| Taken {
-                    fence: pair[0] as u64,
-                    count: pair[1] as u64,
-                })
-                .collect(),
-        )),
         [0, ttl, rest @ ..] if rest.len() <= 1 => Ok(Acquired::Busy {
             ttl: (*ttl >= 0).then(|| Duration::from_millis(*ttl as u64)),
             quarantined: rest == [1],
@@ -104,5 +115,32 @@ pub(crate) fn unexpected(name: &str, script: &str, reply: &[i64]) -> LockError {
             "unexpected reply from a lock script",
             format!("{script}: {reply:?}"),
         )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A grant yields one token and depth per lock; a busy reply, or a
+    /// grant of another number of locks, grants nothing.
+    #[test]
+    fn a_grant_is_read_with_its_tokens() {
+        let two = [
+            Taken {
+                fence: 41,
+                count: 1,
+            },
+            Taken { fence: 7, count: 2 },
+        ];
+        assert_eq!(granted(2, &[1, 41, 1, 7, 2]), Some(two.to_vec()));
+        assert!(matches!(
+            acquired("k", 2, &[1, 41, 1, 7, 2]),
+            Ok(Acquired::Held(held)) if held == two
+        ));
+        assert_eq!(granted(1, &[1, 41, 1, 7, 2]), None);
+        assert!(acquired("k", 1, &[1, 41, 1, 7, 2]).is_err());
+        assert_eq!(granted(1, &[0, 250, 0]), None);
+        assert_eq!(granted(1, &[]), None);
     }
 }
