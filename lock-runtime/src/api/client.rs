@@ -9,10 +9,9 @@ use redis::ConnectionInfo;
 use redis::aio::ConnectionLike;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
-use tokio_util::task::TaskTracker;
 use uuid::Uuid;
 
-use crate::api::inner::Inner;
+use crate::api::inner::{ClosingReleases, Inner};
 use crate::api::request::LockRequest;
 use crate::base::config::Config;
 use crate::base::error::LockError;
@@ -146,7 +145,7 @@ async fn connect_server(
         };
         let waiting = settings
             .clone()
-            .set_response_timeout(Some(connection::replicated_timeout(config)));
+            .set_response_timeout(Some(config.replicated_timeout()));
         let replicated = Managed::connect(client, waiting).await?;
         let subscriber =
             Managed::connect(subscriber_client, settings.set_push_sender(push)).await?;
@@ -302,7 +301,7 @@ async fn connect_sentinel(
         .await?;
         let waiting = settings
             .clone()
-            .set_response_timeout(Some(connection::replicated_timeout(config)));
+            .set_response_timeout(Some(config.replicated_timeout()));
         let replicated = Following::connect(sentinels.clone(), waiting, on_switch, false).await?;
         let subscriber = Following::connect(
             sentinels,
@@ -642,7 +641,7 @@ impl LockClient {
                 shutdown,
                 closed: AtomicBool::new(false),
                 closing: CancellationToken::new(),
-                closing_releases: (TaskTracker::new(), Mutex::new(None)),
+                closing_releases: ClosingReleases::default(),
                 quarantine_until: Mutex::new(None),
             }),
         };

@@ -790,12 +790,7 @@ impl Drop for LockGuard {
                 Err(err) if !err.is_lost() => {
                     tracing::warn!(key = %held[0].name, error = %Chain(&err), "release on drop failed");
                     if closing {
-                        client
-                            .closing_releases
-                            .1
-                            .lock()
-                            .unwrap_or_else(|e| e.into_inner())
-                            .get_or_insert(err);
+                        client.closing_releases.record(err);
                     }
                 }
                 _ => {}
@@ -804,7 +799,7 @@ impl Drop for LockGuard {
         // Dropped as the client shuts down: `shutdown` waits for the
         // release, and reports its failure.
         if closing {
-            self.client.closing_releases.0.spawn_on(releasing, &runtime);
+            self.client.closing_releases.spawn(releasing, &runtime);
         } else {
             runtime.spawn(releasing);
         }

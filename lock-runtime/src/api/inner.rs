@@ -8,6 +8,7 @@
 //! [`LockClient`]: crate::LockClient
 
 use std::fmt;
+use std::future::Future;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -25,6 +26,46 @@ use crate::engine::handoffs::Offers;
 use crate::engine::wakeups::Wakeups;
 use crate::engine::watchdog::Registry;
 use crate::store::scripts::{Released, Stored};
+
+/// The releases of guards dropped as their client shuts down: run as
+/// tasks that [`LockClient::shutdown`](crate::LockClient::shutdown) waits
+/// for, with the first failure kept for it to report.
+#[derive(Default)]
+pub(crate) struct ClosingReleases {
+    tasks: TaskTracker,
+    first_failure: Mutex<Option<LockError>>,
+}
+
+impl ClosingReleases {
+    /// Runs `release` on `runtime`, as one of the releases waited for.
+    pub(crate) fn spawn(
+        &self,
+        release: impl Future<Output = ()> + Send + 'static,
+        runtime: &tokio::runtime::Handle,
+    ) {
+        self.tasks.spawn_on(release, runtime);
+    }
+
+    /// Keeps `err` if it is the first release failure.
+    pub(crate) fn record(&self, err: LockError) {
+        let mut first = self.first_failure.lock().unwrap_or_else(|e| e.into_inner());
+        first.get_or_insert(err);
+    }
+
+    /// Waits for the releases under way, at most `bound` (no more are
+    /// started: the client is closed), and returns the first failure.
+    pub(crate) async fn finish(&self, bound: Duration) -> Option<LockError> {
+        self.tasks.close();
+        if tokio::time::timeout(bound, self.tasks.wait())
+            .await
+            .is_err()
+        {
+            tracing::debug!("releases of dropped guards still under way");
+        }
+        let mut first = self.first_failure.lock().unwrap_or_else(|e| e.into_inner());
+        first.take()
+    }
+}
 
 /// The state one client's handles share.
 pub(crate) struct Inner {
@@ -46,7 +87,7 @@ pub(crate) struct Inner {
     /// The releases of guards dropped as the client shuts down, which
     /// [`LockClient::shutdown`](crate::LockClient::shutdown) waits for, and
     /// the first error of one that Redis could not be told of.
-    pub(crate) closing_releases: (TaskTracker, Mutex<Option<LockError>>),
+    pub(crate) closing_releases: ClosingReleases,
     /// Until when the restart quarantine keeps locks closed, as the last
     /// acquisition that met it was told.
     pub(super) quarantine_until: Mutex<Option<Instant>>,

@@ -149,20 +149,8 @@ impl LockClient {
         // The guards dropped meanwhile give their locks back in tasks of
         // their own: waited for (each within its command timeout), and the
         // first that Redis could not be told of reported.
-        let (dropped, failed) = &inner.closing_releases;
-        dropped.close();
-        let bound = inner.config.command_timeout
-            + inner
-                .config
-                .replicas(None)
-                .map_or(Duration::ZERO, |replicas| replicas.timeout);
-        if tokio::time::timeout(bound * 2, dropped.wait())
-            .await
-            .is_err()
-        {
-            tracing::debug!(client = %inner.id, "releases of dropped guards still under way");
-        }
-        let failed = failed.lock().unwrap_or_else(|e| e.into_inner()).take();
+        let bound = inner.config.call_timeout(None) * 2;
+        let failed = inner.closing_releases.finish(bound).await;
         let left = inner.registry.drain();
         let giving_back = left.iter().map(|held| {
             inner.backend.release(

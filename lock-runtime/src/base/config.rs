@@ -96,6 +96,25 @@ impl Config {
         })
     }
 
+    /// How long a call may take that asks for `count` replicas (see
+    /// [`replicas`](Self::replicas)): the command timeout, and the replica
+    /// timeout its `WAIT` is given on top, if it waits.
+    pub(crate) fn call_timeout(&self, count: Option<u32>) -> Duration {
+        match self.replicas(count) {
+            Some(_) => self.replicated_timeout(),
+            None => self.command_timeout,
+        }
+    }
+
+    /// How long a call followed by `WAIT` may take (on the connection kept
+    /// for such calls): the command timeout, and the replica timeout `WAIT`
+    /// is given on top. (Cut at the command timeout, a `WAIT` for replicas
+    /// that confirm late would read as an unanswered call, not as too few
+    /// replicas.)
+    pub(crate) fn replicated_timeout(&self) -> Duration {
+        self.command_timeout + self.replica_timeout
+    }
+
     /// Rejects settings no client can work with.
     pub(crate) fn check(&self) -> Result<(), LockError> {
         if self.prefix.contains(['{', '}']) {

@@ -404,14 +404,6 @@ pub(crate) fn manager_config(config: &Config) -> ConnectionManagerConfig {
         .set_max_delay(Duration::from_millis(500))
 }
 
-/// How long a call followed by `WAIT` may take on the connection kept for
-/// them: the command timeout, and the replica timeout `WAIT` is given on
-/// top (cut at the command timeout, a `WAIT` for replicas that confirm
-/// late would read as an unanswered call, not as too few replicas).
-pub(crate) fn replicated_timeout(config: &Config) -> Duration {
-    config.command_timeout + config.replica_timeout
-}
-
 /// A builder for cluster connections to these seed nodes (URLs parsed, or
 /// connection infos handed over, both through [`node_info`]); `resp3` for
 /// the subscriber, which needs pushes.
@@ -538,9 +530,9 @@ impl ClusterSource {
     }
 
     /// The connection for calls followed by `WAIT` (see
-    /// [`replicated_timeout`]).
+    /// [`Config::replicated_timeout`]).
     pub(crate) async fn replicated(&self, config: &Config) -> RedisResult<ClusterConnection> {
-        let settings = cluster_config(config).set_response_timeout(replicated_timeout(config));
+        let settings = cluster_config(config).set_response_timeout(config.replicated_timeout());
         self.commands
             .get_async_connection_with_config(settings)
             .await

@@ -811,11 +811,7 @@ impl LockRequest {
     /// [`Backend::retire`]: crate::engine::backend::Backend::retire
     fn give_back_for(&self, keys: &[LockKeys], owner: Arc<str>) {
         let inner = &self.client;
-        let again_after = inner.config.command_timeout
-            + inner
-                .config
-                .replicas(self.replicas)
-                .map_or(Duration::ZERO, |replicas| replicas.timeout);
+        let again_after = inner.config.call_timeout(self.replicas);
         let stored = Stored::for_kind(self.kind, &keys[0]);
         let (label, locks) = (self.label().to_owned(), keys.to_vec());
         inner.retire_later(label, locks, (stored, vec![owner]), None, again_after);
