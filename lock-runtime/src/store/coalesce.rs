@@ -85,6 +85,10 @@ impl Failure {
 /// A script's reply, or why there is none.
 pub(crate) type Reply = Result<Value, Failure>;
 
+/// A reply handed to a waiting caller, with the give-back of what it
+/// granted: the caller's end uses it if it is dropped with the reply unread.
+type Handed = (Reply, Option<Undo>);
+
 /// What sends calls to Redis: runs `calls`, all of one script, as one
 /// script call (alone when there is one), within the command timeout.
 /// For several calls, the reply is one reply per call (see `batch.lua`).
@@ -126,7 +130,7 @@ struct Waiter {
     /// Gives back what `call` granted, if its caller is gone by the time
     /// the reply comes (an acquisition's; none for a release).
     undo: Option<Undo>,
-    reply: oneshot::Sender<Reply>,
+    reply: oneshot::Sender<Handed>,
 }
 
 /// How many calls of one lane may be on their way when another goes alone
@@ -239,6 +243,10 @@ impl Coalescer {
             };
             tokio::spawn(run_sender(sender, transport.clone()));
         }
+        let replied = Replied {
+            receiver: replied,
+            transport,
+        };
         match tokio::time::timeout(timeout, replied).await {
             Ok(Ok(reply)) => reply,
             // Never sent: the runtime is shutting down.
@@ -255,7 +263,38 @@ impl Coalescer {
 /// when `true`) and its reply from this channel.
 enum Route {
     Alone(Call, Option<Undo>),
-    Waits(oneshot::Receiver<Reply>, bool),
+    Waits(oneshot::Receiver<Handed>, bool),
+}
+
+/// A waiting caller's end of its reply's channel. Dropped with a reply in
+/// it (handed on just as the caller's future was dropped, or as its timeout
+/// ran out), it gives back what the reply granted: the sender saw the
+/// caller still there, so it did not.
+struct Replied<'a, T: Transport> {
+    receiver: oneshot::Receiver<Handed>,
+    transport: &'a T,
+}
+
+impl<T: Transport> Future for Replied<'_, T> {
+    type Output = Result<Reply, oneshot::error::RecvError>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        Pin::new(&mut self.receiver)
+            .poll(cx)
+            .map(|handed| handed.map(|(reply, _undo)| reply))
+    }
+}
+
+impl<T: Transport> Drop for Replied<'_, T> {
+    fn drop(&mut self) {
+        // Closed first: a reply is then either here or never sent.
+        self.receiver.close();
+        if let Ok((Ok(value), Some(undo))) = self.receiver.try_recv()
+            && tokio::runtime::Handle::try_current().is_ok()
+        {
+            give_back(self.transport, &value, &undo);
+        }
+    }
 }
 
 /// A call gone alone, sent from its caller's future: its reply goes
@@ -472,12 +511,11 @@ fn one_reply(value: Value) -> Reply {
     }
 }
 
-/// Hands `reply` to its caller; a grant whose caller is gone is given back.
+/// Hands `reply` to its caller; a grant whose caller is gone is given back
+/// (and one whose caller goes before it reads it, by the caller's end:
+/// see [`Replied`]).
 fn hand<T: Transport>(transport: &T, waiter: Waiter, reply: Reply) {
-    let Err(Ok(value)) = waiter.reply.send(reply) else {
-        return;
-    };
-    if let Some(undo) = waiter.undo {
+    if let Err((Ok(value), Some(undo))) = waiter.reply.send((reply, waiter.undo)) {
         give_back(transport, &value, &undo);
     }
 }
@@ -507,8 +545,83 @@ mod tests {
     use super::*;
     use crate::base::keys::LockKeys;
     use crate::store::scripts::calls;
+    use crate::store::scripts::calls::Asker;
+    use crate::store::scripts::{Acquire, Giving, Stored};
+    use futures_util::FutureExt;
     use std::panic::AssertUnwindSafe;
+    use std::sync::atomic::Ordering::SeqCst;
     use std::sync::atomic::{AtomicUsize, Ordering};
+
+    /// A transport that holds its first `held` calls on their way for
+    /// good and answers every other at once: an acquire script with a
+    /// grant of one lock (token 5), any other with 1. It keeps the name of
+    /// every script it was given.
+    #[derive(Clone, Default)]
+    struct Granting {
+        held: Arc<AtomicUsize>,
+        sent: Arc<Mutex<Vec<&'static str>>>,
+    }
+
+    impl Transport for Granting {
+        fn send<'a>(
+            &self,
+            calls: impl ExactSizeIterator<Item = &'a Call> + Clone,
+        ) -> BoxFuture<'static, Reply> {
+            let names: Vec<_> = calls.map(Call::script_name).collect();
+            self.sent.lock().unwrap().extend(&names);
+            let hold = |n: usize| n.checked_sub(1);
+            if self.held.fetch_update(SeqCst, SeqCst, hold).is_ok() {
+                return Box::pin(futures_util::future::pending());
+            }
+            let reply = match names[..] {
+                ["acquire.lua"] => Value::Array([1, 5, 1].map(Value::Int).to_vec()),
+                _ => Value::Int(1),
+            };
+            Box::pin(async move { Ok(reply) })
+        }
+    }
+
+    /// A grant handed to a waiting caller whose future is then dropped
+    /// before it read it is given back (by the caller's end of the channel:
+    /// the sender saw the caller there).
+    #[tokio::test]
+    async fn a_grant_handed_to_a_caller_dropped_before_it_read_it_is_given_back() {
+        let coalescer = Arc::new(Coalescer::default());
+        let transport = Granting {
+            held: Arc::new(AtomicUsize::new(IN_FLIGHT.into())),
+            ..Granting::default()
+        };
+        let lock = LockKeys::new("lock:", "a");
+        let lease = Duration::from_secs(10);
+        let take = calls::acquire(&[lock], Asker::fresh("owner"), lease, Duration::ZERO);
+        let acquire = Acquire::new(take.clone(), 1, Stored::Hash, Giving::ONE);
+        let lane = Lane::of(&take, false);
+        let run = || {
+            let undo = Some(acquire.undo().clone());
+            Box::pin(coalescer.run(&transport, lane, take.clone(), undo, lease))
+        };
+        // Calls gone alone, held on their way, fill the lane: the next
+        // waits for the lane's sender.
+        let mut alone: Vec<_> = (0..IN_FLIGHT).map(|_| run()).collect();
+        for call in &mut alone {
+            assert!(call.now_or_never().is_none());
+        }
+        let mut waiting = run();
+        assert!((&mut waiting).now_or_never().is_none());
+        // The sender sends it and hands it its grant ...
+        for _ in 0..10 {
+            tokio::task::yield_now().await;
+        }
+        // ... which its caller never reads.
+        drop(waiting);
+        for _ in 0..10 {
+            tokio::task::yield_now().await;
+        }
+        let sent = transport.sent.lock().unwrap().clone();
+        let alone = ["acquire.lua"; IN_FLIGHT as usize];
+        assert_eq!(sent[..alone.len()], alone);
+        assert_eq!(sent[alone.len()..], ["acquire.lua", "release.lua"]);
+    }
 
     /// A transport whose calls panic when polled, counting the polls.
     #[derive(Clone, Default)]
