@@ -89,28 +89,32 @@ fn decode(text: &str) -> String {
     String::from_utf8_lossy(&out).into_owned()
 }
 
-/// The passwords a URL carries, as written in it (percent-encoded or not).
+/// The passwords a URL carries, as written in it (percent-encoded or not),
+/// found as lock-runtime's messages find them to hide them: the user part
+/// ends at the last `@` (a password with a `/`, `?`, `#` or `@` in it, not
+/// percent-encoded, is found whole), and every `pass` or `password` query
+/// parameter is one, whatever the scheme and its case (redis-rs reads
+/// `UNIX://` as `unix://`). A text that does not parse as a URL is read
+/// the same way: it is quoted in the message that says so.
 fn passwords_in(url: &str) -> Vec<&str> {
-    let Some((scheme, rest)) = url.split_once("://") else {
-        return Vec::new();
+    let rest = url.split_once("://").map_or(url, |(_, rest)| rest);
+    let (user_part, after_user) = match rest.rfind('@') {
+        Some(at) => (&rest[..at], &rest[at + 1..]),
+        None => ("", rest),
     };
-    let found: Vec<&str> = if scheme.ends_with("unix") {
-        let base = url.split('#').next().unwrap_or_default();
-        let query = base.split_once('?').map_or("", |(_, query)| query);
-        query
-            .split('&')
-            .filter_map(|pair| pair.strip_prefix("pass="))
-            .collect()
-    } else {
-        let authority = &rest[..rest.find(['/', '?', '#']).unwrap_or(rest.len())];
-        authority
-            .rsplit_once('@')
-            .and_then(|(userinfo, _)| userinfo.split_once(':'))
-            .map(|(_, password)| password)
-            .into_iter()
-            .collect()
-    };
-    found.into_iter().filter(|p| !p.is_empty()).collect()
+    let in_user = user_part.split_once(':').map(|(_, password)| password);
+    let query = after_user.split_once('?').map_or("", |(_, query)| query);
+    let query = query.split('#').next().unwrap_or_default();
+    let in_query = query
+        .split('&')
+        .filter_map(|pair| pair.split_once('='))
+        .filter(|(key, _)| key.eq_ignore_ascii_case("pass") || key.eq_ignore_ascii_case("password"))
+        .map(|(_, value)| value);
+    in_user
+        .into_iter()
+        .chain(in_query)
+        .filter(|password| !password.is_empty())
+        .collect()
 }
 
 /// Hides passwords in the text lockctl prints (no `Debug`: it holds them).
@@ -225,6 +229,15 @@ mod tests {
         assert_eq!(passwords_in("unix:///s?db=1&pass=pw#x"), ["pw"]);
         assert_eq!(passwords_in("unix:///s?pass=&pass=a&pass=b"), ["a", "b"]);
         assert!(passwords_in("unix:///s?db=1").is_empty());
+        // Not percent-encoded, with what ends a user part in a valid URL.
+        assert_eq!(passwords_in("redis://:s3cr/et@host/"), ["s3cr/et"]);
+        assert_eq!(passwords_in("redis://u:a?b#c@d@host"), ["a?b#c@d"]);
+        assert_eq!(passwords_in("127.0.0.1:1"), Vec::<&str>::new());
+        assert_eq!(passwords_in(":pw@127.0.0.1:1"), ["pw"]);
+        // Any scheme, in any case, and either key.
+        assert_eq!(passwords_in("UNIX:///s?pass=pw"), ["pw"]);
+        assert_eq!(passwords_in("Redis+Unix:///s?PASSWORD=pw"), ["pw"]);
+        assert_eq!(passwords_in("rediss://host/?password=pw"), ["pw"]);
     }
 
     #[test]

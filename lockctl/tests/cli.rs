@@ -471,6 +471,27 @@ async fn the_password_is_never_printed() {
     let refused = output(bare_command(&["--url", &in_url, "list"])).await;
     expect_code(&server, &refused, 1);
     assert_hidden(&refused, PASSWORD, PASSWORD_IN_URL);
+
+    // By every command, `doctor` too (which quotes the URL itself), also
+    // when the password is not percent-encoded or its scheme is written in
+    // capitals.
+    let (secret, secret_in_url) = ("s3cr/et", "s3cr%2Fet");
+    let unencoded = format!("redis://:{secret}@127.0.0.1:{}/", free_port());
+    let socket = format!("UNIX:///nonexistent/redis.sock?pass={secret_in_url}");
+    for url in [&unencoded, &socket] {
+        for command in ["list", "doctor"] {
+            let printed = output(bare_command(&["--url", url, command])).await;
+            expect_code(&server, &printed, 1);
+            assert_hidden(&printed, secret, secret_in_url);
+        }
+    }
+    let printed = output(bare_command(&[
+        "--url",
+        &url_with_password(&server),
+        "doctor",
+    ]))
+    .await;
+    assert_hidden(&printed, PASSWORD, PASSWORD_IN_URL);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
