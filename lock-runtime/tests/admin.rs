@@ -339,6 +339,23 @@ async fn force_release_frees_every_permit_and_reader() {
     drop((permits, reader));
 }
 
+/// A semaphore's set, or a read-write lock's readers, left with only the
+/// place of a holder whose lease ran out (kept alive by the renewals of
+/// holders since gone) holds nothing: it is not shown as held, and taking
+/// it away says nothing was held.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn force_release_of_only_expired_places_frees_nothing_held() {
+    let server = RedisServer::start();
+    let locks = billing(&server).await;
+    for (name, set) in [("slots", "lock:{slots}"), ("doc", "lock:{doc}:readers")] {
+        server.cli(&["ZADD", set, "1", "billing@gone:1:1"]);
+        server.cli(&["PEXPIRE", set, "60000"]);
+        assert_eq!(ok(&server, locks.inspect(name).await), None, "{name}");
+        assert!(!ok(&server, locks.force_release(name).await), "{name}");
+        assert_eq!(server.cli(&["EXISTS", set]), "0", "{name}: cleared");
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn watch_sees_holders_come_and_go() {
     let server = RedisServer::start();

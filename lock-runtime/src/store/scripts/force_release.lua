@@ -15,22 +15,31 @@
 -- KEYS[7]  the release channel
 --
 -- Returns 1 when something held was deleted (and the release announced),
--- 0 when nothing was held.
+-- 0 when nothing was held. A sorted set of places holds the lock only
+-- while one of its places has not expired (as inspect.lua reads it): a
+-- set left with the place of a holder that died, kept by the renewals of
+-- others since gone, is deleted, but held nothing.
 local function type_of(key)
   return redis.call('TYPE', key)['ok']
 end
 
-local deleted = 0
+local function live_places(key)
+  return redis.call('ZCOUNT', key, '(' .. now_ms(), '+inf')
+end
+
+local held = 0
 local lock_type = type_of(KEYS[1])
 if lock_type == 'hash' then
-  deleted = deleted + redis.call('DEL', KEYS[1])
+  held = held + redis.call('DEL', KEYS[1])
 elseif lock_type == 'zset' then
-  deleted = deleted + redis.call('DEL', KEYS[1], KEYS[2])
+  held = held + live_places(KEYS[1])
+  redis.call('DEL', KEYS[1], KEYS[2])
 end
 if type_of(KEYS[3]) == 'zset' then
-  deleted = deleted + redis.call('DEL', KEYS[3], KEYS[4])
+  held = held + live_places(KEYS[3])
+  redis.call('DEL', KEYS[3], KEYS[4])
 end
-if deleted == 0 then
+if held == 0 then
   return 0
 end
 
