@@ -560,3 +560,39 @@ async fn default_client_from_install() {
     assert_eq!(key, format!("installed:{name}"));
     assert_eq!(server.cli(&["EXISTS", &redis_key(&key)]), "0");
 }
+
+// ---------------------------------------------------------------------------
+
+#[distributed_lock(key = "bounds:shortest", lease = "100ms", wait = "0s", client = locks)]
+async fn shortest_lease(locks: &LockClient) -> Result<(), LockError> {
+    Ok(())
+}
+
+#[distributed_lock(key = "bounds:longest", lease = "8760h", wait = "0s", client = locks)]
+async fn longest_lease(locks: &LockClient) -> Result<(), LockError> {
+    Ok(())
+}
+
+#[distributed_lock(key = "bounds:job", lock_at_most = "8760h", lock_at_least = "8760h", wait = "0s", client = locks)]
+async fn longest_job(locks: &LockClient) -> Result<(), LockError> {
+    Ok(())
+}
+
+/// The shortest and the longest leases the attribute compiles are leases
+/// the runtime takes: the macro repeats the runtime's bounds
+/// (`MIN_LEASE`, `MAX_LEASE`), and one past them does not compile (see
+/// lock-macros' `ui/fail/lease_too_short.rs` and `lease_too_long.rs`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_attribute_s_lease_bounds_are_the_runtime_s() {
+    assert_eq!(lock_runtime::MIN_LEASE, Duration::from_millis(100));
+    assert_eq!(lock_runtime::MAX_LEASE, Duration::from_secs(8760 * 3600));
+    let server = RedisServer::start();
+    let locks = connect(&server).await;
+    shortest_lease(&locks).await.expect("the shortest lease");
+    longest_lease(&locks).await.expect("the longest lease");
+    longest_job(&locks)
+        .await
+        .expect("the longest lock_at_most and lock_at_least");
+    let held = server.cli(&["EXISTS", &redis_key("bounds:job")]);
+    assert_eq!(held, "1", "kept taken for lock_at_least");
+}

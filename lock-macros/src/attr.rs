@@ -14,7 +14,7 @@ use syn::parse::{ParseStream, Parser as _};
 use syn::spanned::Spanned as _;
 use syn::{Expr, ExprArray, ExprLit, ExprUnary, Ident, Lit, LitInt, LitStr, Path, Token, UnOp};
 
-use crate::duration::{self, MIN_LEASE_MS};
+use crate::duration::{self, MAX_LEASE_MS, MIN_LEASE_MS};
 use crate::key::{self, Template};
 
 /// Sets one option from its value.
@@ -602,6 +602,7 @@ impl Setters {
                 ),
             ));
         }
+        at_most_a_year(&lit, "lease", ms)?;
         self.lease = Some(ms);
         Ok(())
     }
@@ -632,6 +633,7 @@ impl Setters {
                 ),
             ));
         }
+        at_most_a_year(&lit, "lock_at_most", ms)?;
         self.lock_at_most = Some(ms);
         Ok(())
     }
@@ -645,6 +647,7 @@ impl Setters {
                  stays taken when the body ends sooner; remove it to release the lock when the body ends",
             ));
         }
+        at_most_a_year(&lit, "lock_at_least", ms)?;
         self.lock_at_least = Some(ms);
         Ok(())
     }
@@ -818,6 +821,23 @@ fn duration_option(value: &Expr, option: &str, example: &str) -> syn::Result<(Li
     let ms = duration::parse(&lit.value())
         .map_err(|message| syn::Error::new(lit.span(), format!("`{option}`: {message}")))?;
     Ok((lit, ms))
+}
+
+/// Refuses a lease-like duration (`option`) longer than the runtime's
+/// longest lease, which no acquisition could ask for.
+fn at_most_a_year(lit: &LitStr, option: &str, ms: u64) -> syn::Result<()> {
+    if ms <= MAX_LEASE_MS {
+        return Ok(());
+    }
+    Err(syn::Error::new(
+        lit.span(),
+        format!(
+            "`{option} = \"{}\"` is longer than the longest lease the runtime takes, {} \
+             (a year, `lock_runtime::MAX_LEASE`): no call could take the lock; use at most that",
+            duration::display(ms),
+            duration::display(MAX_LEASE_MS)
+        ),
+    ))
 }
 
 /// The known name closest to `given`, if it looks like a typo of it or a

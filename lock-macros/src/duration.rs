@@ -9,6 +9,12 @@
 /// the other way round, so the value is repeated here; keep the two in step.
 pub(crate) const MIN_LEASE_MS: u64 = 100;
 
+/// The longest lease the runtime accepts, in milliseconds: one year, as
+/// `lock_runtime::MAX_LEASE` (repeated here as [`MIN_LEASE_MS`] is; keep
+/// the two in step). A lease, `lock_at_most` or `lock_at_least` past it
+/// could never be taken.
+pub(crate) const MAX_LEASE_MS: u64 = 365 * 24 * 3_600_000;
+
 /// The longest duration: what fits in Redis's signed 64-bit milliseconds
 /// (a lease is sent as `PX`).
 const MAX_MS: u64 = i64::MAX as u64;

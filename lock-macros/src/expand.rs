@@ -46,12 +46,15 @@ pub(crate) fn function(function: &LockedFn, options: &Options, ret: &Type) -> To
     let kind = kind(options.kind, &private);
     let lock_options = lock_options(options, &private);
     let acquire = match &options.client {
-        // A clone, so that temporaries of the expression (a mutex guard, a
-        // borrow of `self`) end here, before any `.await`. A reference, an
-        // `Arc` or anything else that derefs to a `LockClient` works.
+        // A clone of the client, so that temporaries of the expression (a
+        // mutex guard, a borrow of `self`) end here, before any `.await`.
+        // The clone is `LockClient`'s own, named, so that the borrow of the
+        // expression coerces: a reference (`&mut` too), an `Arc`, a guard or
+        // anything else that derefs to a `LockClient` works.
         Some(expr) => {
             let span = expr.span();
-            let clone = quote_spanned!(span=> ::core::clone::Clone::clone(&(#expr)));
+            let clone = quote_spanned!(span=>
+                <#private::LockClient as ::core::clone::Clone>::clone(&(#expr)));
             // The coercion to `&LockClient`, where a wrong type is reported
             // on the expression.
             let at_expr = Ident::new("__lock_client", Span::mixed_site().located_at(span));

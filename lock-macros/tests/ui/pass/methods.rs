@@ -65,6 +65,7 @@ impl Borrowed<'_> {
 struct Shared {
     locks: Arc<LockClient>,
     registry: Mutex<Option<LockClient>>,
+    guarded: Mutex<LockClient>,
 }
 
 impl Shared {
@@ -79,6 +80,17 @@ impl Shared {
     async fn through_mutex(&self) -> Result<(), LockError> {
         Ok(())
     }
+
+    // A guard that derefs to the client, used as it is.
+    #[distributed_lock(key = "guard", client = self.guarded.lock().unwrap())]
+    async fn through_guard(&self) -> Result<(), LockError> {
+        Ok(())
+    }
+}
+
+#[distributed_lock(key = "mutable", client = locks)]
+async fn through_mutable_reference(locks: &mut LockClient) -> Result<(), LockError> {
+    Ok(())
 }
 
 fn assert_send<T: Send>(_: T) {}
@@ -91,6 +103,8 @@ fn main() {
             let shared = Arc::new(shared);
             shared.through_arc().await?;
             shared.through_mutex().await?;
+            // The guard is gone before the lock is awaited: still `Send`.
+            shared.through_guard().await?;
             let history = account.close().await?;
             Ok::<_, LockError>(history)
         });
@@ -99,6 +113,8 @@ fn main() {
         let account = Arc::new(Account::associated(&locks, 1).await?);
         account.shared().await?;
         borrowed.rename("x".into()).await?;
+        let mut locks = locks;
+        through_mutable_reference(&mut locks).await?;
         Ok::<_, LockError>(())
     };
 }
