@@ -285,7 +285,7 @@ impl<'a> Wait<'a> {
     /// attempt), or an answer to the offer it makes meanwhile to be handed
     /// the lock; the answer, if one came.
     pub(super) async fn sleep(
-        &self,
+        &mut self,
         until: Instant,
         released: Pin<&mut Notified<'_>>,
     ) -> Result<Woke, LockError> {
@@ -318,7 +318,12 @@ impl<'a> Wait<'a> {
             // gives back what it may hold (see `Offered`).
             (None, Some(offered)) => tokio::select! {
                 answer = offered.withdraw() => answer,
-                _ = tokio::time::sleep_until(self.deadline) => return Err(self.timeout()),
+                // The wait ends as at any deadline: with what stopped the
+                // last attempt, if that failed (see `judge`).
+                _ = tokio::time::sleep_until(self.deadline) => {
+                    let failed = self.last_error.take();
+                    return Err(failed.unwrap_or_else(|| self.timeout()));
+                }
             },
             (None, None) => None,
         };
@@ -396,6 +401,7 @@ async fn answer_to(offered: &mut Option<Offered<'_>>) -> Answer {
 mod tests {
     use super::*;
     use crate::LockClient;
+    use std::pin::pin;
 
     fn timed_out() -> LockError {
         LockError::CommandTimeout {
@@ -584,6 +590,40 @@ mod tests {
                 panic!("a free lock is taken");
             };
             guard.release().await.unwrap();
+        })
+        .await;
+    }
+
+    /// A wait whose offer a release of its client took, and never
+    /// answered (its handoff call hangs), ends at its deadline with what
+    /// stopped its last attempt, as any wait does: not as a timeout, which
+    /// would say the lock was held throughout.
+    #[tokio::test]
+    async fn a_wait_ending_on_an_unanswered_offer_ends_with_what_stopped_it() {
+        let locks = LockClient::in_memory().await.unwrap();
+        let request = locks.lock("wait:offer").wait(Duration::from_millis(300));
+        waiting(request, async |wait| {
+            let Step::SleepUntil(until) = wait.judge(Err(timed_out()), Instant::now()) else {
+                panic!("an unanswered attempt is retried within the wait");
+            };
+            let (request, key) = (wait.request, wait.keys[0].lock.clone());
+            let notifier = wait.watch.notifier();
+            let released = pin!(notifier.notify().notified());
+            let taking = async {
+                loop {
+                    let taken = request.client.offers.take(&key, false);
+                    if !taken.is_empty() {
+                        return taken;
+                    }
+                    tokio::task::yield_now().await;
+                }
+            };
+            let (woke, _taken) = tokio::join!(wait.sleep(until, released), taking);
+            assert!(
+                matches!(woke, Err(LockError::CommandTimeout { .. })),
+                "{:?}",
+                woke.err()
+            );
         })
         .await;
     }
