@@ -159,3 +159,51 @@ async fn losing_any_one_lock_stops_the_body() {
     // The locks that were still held are given back.
     assert_eq!(server.cli(&["EXISTS", &lock_key(&a), &lock_key(&c)]), "0");
 }
+
+/// A task waiting for two locks, one of them free, does not hold back a
+/// task of its client that asks for the free one alone: that task tries at
+/// once (it queues behind waiters of this process only when a release of
+/// the lock is to wake one of them, and nobody holds this one to release
+/// it). It took the free lock before a client that came 300 ms later.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_for_several_locks_does_not_hold_back_one_for_its_free_lock() {
+    let (server, [locks, holder, later]) = start_server_with_clients().await;
+    let (free, taken) = (unique_key("free"), unique_key("taken"));
+    let held = ok(&server, holder.lock(taken.as_str()).acquire().await);
+    let both = locks.lock_all([free.clone(), taken.clone()]);
+    let waiting_for_both = spawn_acquire(both.wait(Duration::from_secs(30)));
+    let channel = format!("{}:released", lock_key(&free));
+    within(
+        &server,
+        Duration::from_secs(5),
+        "the waiter subscribed",
+        async {
+            while server.cli(&["PUBSUB", "NUMSUB", &channel]).lines().nth(1) != Some("1") {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        },
+    )
+    .await;
+
+    // Each takes the lock, notes its token and lets it go.
+    let take = |request: lock_runtime::LockRequest| {
+        tokio::spawn(async move {
+            let guard = request.acquire().await?;
+            let fence = guard.fence();
+            guard.release().await?;
+            Ok::<_, lock_runtime::LockError>(fence)
+        })
+    };
+    let alone = take(locks.lock(free.as_str()).wait(Duration::from_secs(10)));
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let came_later = take(later.lock(free.as_str()).wait(Duration::from_secs(10)));
+    let alone = ok(&server, alone.await.unwrap());
+    let came_later = ok(&server, came_later.await.unwrap());
+    assert!(
+        alone < came_later,
+        "the task of the waiter's client took the free lock first"
+    );
+    ok(&server, held.release().await);
+    let (_, both) = waiting_for_both.await.unwrap();
+    ok(&server, ok(&server, both).release().await);
+}

@@ -13,7 +13,7 @@
 //! since a release may have been missed meanwhile.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -45,6 +45,8 @@ struct Channel {
     name: String,
     /// Single-lock waiters queue here: a release wakes one of them.
     notify: Notify,
+    /// How many single-lock waiters queue on `notify`.
+    in_turn: AtomicUsize,
     /// Multi-lock waiters and readers, each with a notification of its own:
     /// a release wakes every one of them, since each may still find another
     /// of its locks taken and must not swallow the wake-up of a single-lock
@@ -242,12 +244,29 @@ impl Wakeups {
     /// with release messages arriving. Asked at every acquisition and
     /// release: its channel's name is made only when some lock is watched.
     pub(crate) fn has_live_waiters(&self, lock: &str) -> bool {
+        self.live_channel(lock, |count, _| count > 0)
+    }
+
+    /// Whether tasks of this process wait for the lock whose key is `lock`
+    /// alone and in turn (a release wakes one of them: see [`Wake::One`]),
+    /// with release messages arriving. Waiters for several locks, readers
+    /// and fair waiters do not count: each tries when any release comes,
+    /// and none may be about to take the lock.
+    pub(crate) fn has_live_waiters_in_turn(&self, lock: &str) -> bool {
+        self.live_channel(lock, |_, channel| {
+            channel.in_turn.load(Ordering::Relaxed) > 0
+        })
+    }
+
+    /// Whether the channel of `lock` is watched, subscribed, and `counts`
+    /// (given how many waiters watch it, and the channel).
+    fn live_channel(&self, lock: &str, counts: impl Fn(usize, &Channel) -> bool) -> bool {
         let watched = self.channels.watched();
         !watched.is_empty()
             && watched
                 .get(keys::channel(lock).as_str())
                 .is_some_and(|(count, channel)| {
-                    *count > 0 && *channel.ready.borrow() == Readiness::Subscribed
+                    counts(*count, channel) && *channel.ready.borrow() == Readiness::Subscribed
                 })
     }
 
@@ -267,6 +286,7 @@ impl Wakeups {
                     let channel = Arc::new(Channel {
                         name: name.to_owned(),
                         notify: Notify::new(),
+                        in_turn: AtomicUsize::new(0),
                         listeners: Mutex::new(Vec::new()),
                         named: Mutex::new(HashMap::new()),
                         ready: watch::Sender::new(Readiness::Pending),
@@ -286,7 +306,12 @@ impl Wakeups {
             .collect();
         drop(watched);
         let own = match &wake {
-            Wake::One => None,
+            Wake::One => {
+                for channel in &channels {
+                    channel.in_turn.fetch_add(1, Ordering::Relaxed);
+                }
+                None
+            }
             Wake::Every => {
                 let own = Arc::new(Notify::new());
                 for channel in &channels {
@@ -408,7 +433,9 @@ impl Drop for Watch {
     fn drop(&mut self) {
         for channel in &self.channels {
             match &self.wake {
-                Wake::One => {}
+                Wake::One => {
+                    channel.in_turn.fetch_sub(1, Ordering::Relaxed);
+                }
                 Wake::Every => channel
                     .listeners()
                     .retain(|l| !self.own.as_ref().is_some_and(|own| Arc::ptr_eq(l, own))),

@@ -30,13 +30,16 @@ impl LockRequest {
     /// at once would take it from under the waiter the release is waking,
     /// which then starts over at the back. So the newcomer is woken in
     /// turn. A task re-entering (`reentry`) a lock it holds goes straight
-    /// in: the waiters wait for it.
+    /// in: the waiters wait for it. Only waiters woken in turn count:
+    /// waiting for this lock alone, one of them is woken by its release.
+    /// A waiter for several locks (or a reader) may wait for another one,
+    /// with this one free and nobody to release it.
     pub(super) fn queues_behind(&self, keys: &[LockKeys], reentry: bool) -> bool {
         !self.wait.is_zero()
             && !reentry
             && self.kind == Kind::Exclusive
             && keys.len() == 1
-            && self.has_local_waiters(&keys[0])
+            && self.client.wakeups.has_live_waiters_in_turn(&keys[0].lock)
     }
 
     /// Whether a fair waiter gets in line with a release of this client
