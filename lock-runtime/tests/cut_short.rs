@@ -160,6 +160,45 @@ async fn a_failed_release_of_an_upgrade_does_not_free_the_write_side_taken_again
     ok(&server, reading.release().await);
 }
 
+/// An upgrade (a write lock taken inside a read lock's critical section)
+/// whose answer is lost in a stall may have taken the write side with no
+/// guard for it; a downgrade, the read side. Once the side it was made
+/// from is released, that side is given back too, not left taken by nobody
+/// for its lease.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unanswered_upgrade_or_downgrade_is_given_back_with_the_side_it_came_from() {
+    let server = Arc::new(RedisServer::start());
+    let locks = impatient(&server, Duration::from_millis(40)).await;
+    warm_up(&server, &locks).await;
+    let read: Request = |c, n| c.read_lock(n);
+    let write: Request = |c, n| c.write_lock(n);
+    for (what, outer, inner) in [("upgrade", read, write), ("downgrade", write, read)] {
+        let name = unique_key(&format!("cut-{what}"));
+        let held = ok(&server, outer(&locks, &name).acquire().await);
+        let tried = held
+            .scope(async {
+                let resume = stall(&server, Duration::from_millis(200));
+                let tried = inner(&locks, &name).wait(Duration::ZERO).acquire().await;
+                resume.await.expect("resumed");
+                tried
+            })
+            .await;
+        let tried = ok(&server, tried);
+        assert!(
+            tried.as_ref().is_err_and(LockError::is_unavailable),
+            "{what}: Redis is stalled: {tried:?}"
+        );
+        // The call ran when Redis resumed: that side is taken, by nobody.
+        let taken = match what {
+            "upgrade" => server.cli(&["HEXISTS", &lock_key(&name), "owner"]),
+            _ => server.cli(&["ZCARD", &format!("{}:readers", lock_key(&name))]),
+        };
+        assert_eq!(taken, "1", "{what}: the lost call took its side");
+        ok(&server, held.release().await);
+        free_for_another_as(&server, &name, inner).await;
+    }
+}
+
 /// A kind of lock, by the request for a name it makes.
 type Request = fn(&LockClient, &str) -> LockRequest;
 

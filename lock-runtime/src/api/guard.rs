@@ -505,6 +505,9 @@ async fn end(
         if whole && let Err(err) = &released {
             give_back_later(client, held, keep_until, err);
         }
+        if whole {
+            give_back_other_side(client, held);
+        }
         // A lock lost before is reported as lost, whether or not Redis
         // could be told of the release; one the shutdown ended, which
         // Redis still had, by the release's failure if it failed.
@@ -575,6 +578,41 @@ fn give_back_later(
     tracing::debug!(key = %label, error = %Chain(err), "release failed; sending it again in the background");
     let owner = (held[0].stored.clone(), vec![held[0].owner.clone()]);
     inner.retire_later(label, keys, owner, keep_until, inner.config.command_timeout);
+}
+
+/// An upgrade or a downgrade whose answer was lost, made from one of
+/// `held` (their last guard's locks, just given back), may have taken the
+/// other side of the read-write lock with no guard for it: that side is
+/// given back whole, in the background (sent again until Redis answers),
+/// unless a guard of this client holds it under the same owner id (its
+/// last release gives back every level). Sent after this side's release:
+/// the lost call, if Redis runs it only now, finds this side no longer
+/// held and takes nothing (asking for the other side needs this one held).
+/// The owner id is done with the lock, so retiring it from that side
+/// refuses nothing anyone will ask for.
+fn give_back_other_side(client: &Arc<Inner>, held: &[Arc<Held>]) {
+    for held in held.iter().filter(|held| held.other_side_unsettled()) {
+        let Some(other) = Stored::other_side(held.tracked.kind(), &held.keys) else {
+            continue;
+        };
+        if client
+            .registry
+            .renewed(&held.keys, &other, &held.owner)
+            .is_some()
+        {
+            continue;
+        }
+        tracing::debug!(key = %held.name, "giving back the other side an unanswered upgrade or downgrade may have taken");
+        let owner = (other, vec![held.owner.clone()]);
+        let again_after = client.config.call_timeout(None);
+        client.retire_later(
+            held.name.clone(),
+            vec![held.keys.clone()],
+            owner,
+            None,
+            again_after,
+        );
+    }
 }
 
 /// Records how a hold of `held` ended.

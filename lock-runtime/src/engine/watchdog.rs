@@ -9,7 +9,7 @@
 //! is declared lost right then, before Redis could hand it to someone else.
 
 use std::hash::{BuildHasher, RandomState};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
@@ -63,6 +63,11 @@ pub(crate) struct Held {
     /// their locks loses them all.
     groups: Mutex<Vec<CancellationToken>>,
     pub(crate) tracked: Tracked,
+    /// An upgrade or a downgrade under this hold's owner id (asking for
+    /// the other side of the read-write lock) went unanswered: it may have
+    /// taken the other side in Redis with no guard for it. The last guard
+    /// of this hold gives the other side back too.
+    other_side_unsettled: AtomicBool,
 }
 
 #[derive(Debug)]
@@ -169,6 +174,12 @@ impl Held {
 
     pub(crate) fn is_lost(&self) -> bool {
         self.reason.get().is_some()
+    }
+
+    /// Whether an upgrade or downgrade under this hold's owner id went
+    /// unanswered (see [`Registry::other_side_unsettled`]).
+    pub(crate) fn other_side_unsettled(&self) -> bool {
+        self.other_side_unsettled.load(Ordering::Relaxed)
     }
 
     /// Whether every guard of it has let it go (released or dropped): the
@@ -404,6 +415,7 @@ impl Registry {
             reason: OnceLock::new(),
             groups: Mutex::new(Vec::new()),
             tracked: acquired.tracked,
+            other_side_unsettled: AtomicBool::new(false),
         });
         let due = {
             let mut timing = held.timing();
@@ -434,6 +446,15 @@ impl Registry {
         let entries = self.entries();
         let held = entries.get(renewed_key(keys, stored), owner)?;
         Some(held.timing().renewed)
+    }
+
+    /// An upgrade or a downgrade under `owner` went unanswered: marks the
+    /// hold of the other side it was made from (the lock `keys` stored as
+    /// `stored`), whose last guard then gives this side back too.
+    pub(crate) fn other_side_unsettled(&self, keys: &LockKeys, stored: &Stored, owner: &Arc<str>) {
+        if let Some(held) = self.entries().get(renewed_key(keys, stored), owner) {
+            held.other_side_unsettled.store(true, Ordering::Relaxed);
+        }
     }
 
     /// Drops one guard; the last one stops renewal. True when it was the last.

@@ -632,13 +632,23 @@ impl LockRequest {
     /// Whether `owner` holds the other side of the read-write lock `lock`
     /// (the write side for a read request, the read side for a write one).
     fn holds_other_side(&self, lock: &LockKeys, owner: &Arc<str>) -> bool {
-        let other = match self.kind {
-            Kind::Read => Stored::Hash,
-            Kind::Exclusive | Kind::Fair => Stored::for_kind(Kind::Read, lock),
-            Kind::Permits(_) => return false,
-        };
         let registry = &self.client.registry;
-        registry.renewed(lock, &other, owner).is_some()
+        Stored::other_side(self.kind, lock)
+            .is_some_and(|other| registry.renewed(lock, &other, owner).is_some())
+    }
+
+    /// An upgrade or downgrade of `keys` under `owner` ended without an
+    /// answer: it may hold this side with no guard for it. The enclosing
+    /// hold of the other side is marked, and its last guard gives this side
+    /// back once its own release is answered (see `guard.rs`,
+    /// `give_back_other_side`).
+    fn other_side_unsettled(&self, keys: &[LockKeys], owner: &Arc<str>) {
+        let registry = &self.client.registry;
+        for lock in keys {
+            if let Some(other) = Stored::other_side(self.kind, lock) {
+                registry.other_side_unsettled(lock, &other, owner);
+            }
+        }
     }
 
     /// One attempt: the guard, or how long the locks others hold stay taken.

@@ -9,6 +9,7 @@ use tokio::time::Instant;
 
 use crate::base::error::{Chain, LockError};
 use crate::base::keys::LockKeys;
+use crate::store::scripts::calls::Asking;
 
 use super::{LockRequest, Outcome};
 
@@ -25,6 +26,14 @@ pub(super) struct Unsettled<'a> {
     request: &'a LockRequest,
     keys: &'a [LockKeys],
     owner: Option<Arc<str>>,
+    /// The owner id of an upgrade or a downgrade (a re-entry asking for
+    /// the other side of a read-write lock) whose answer is unknown: it may
+    /// hold this side with no guard for it. The enclosing critical section
+    /// may take this side again under the same owner id, so it is not
+    /// given back from here: the enclosing hold is marked, and its last
+    /// guard gives this side back (see
+    /// [`LockRequest::other_side_unsettled`]).
+    other_side: Option<Arc<str>>,
     /// An earlier call under the same owner id got no answer: it may still
     /// run, on another connection than the next calls' (one replaced
     /// meanwhile, the one kept for `WAIT`), after them. Only a grant, or
@@ -38,6 +47,7 @@ impl<'a> Unsettled<'a> {
             request,
             keys,
             owner: None,
+            other_side: None,
             earlier: false,
         }
     }
@@ -66,12 +76,16 @@ impl<'a> Unsettled<'a> {
         if asking.is_empty() && self.owner.is_none() {
             self.owner = Some(owner.clone());
         }
+        if asking.contains(Asking::OtherSide.code()) && self.other_side.is_none() {
+            self.other_side = Some(owner.clone());
+        }
     }
 
     /// The owner id holds nothing unknown to the caller: it was granted
     /// the locks, or what it may hold was given back.
     pub(super) fn settle(&mut self) {
         self.owner = None;
+        self.other_side = None;
         self.earlier = false;
     }
 
@@ -94,6 +108,10 @@ impl Drop for Unsettled<'_> {
         if let Some(owner) = self.owner.take() {
             tracing::debug!(key = %self.request.label(), "acquire ended without knowing whether it was granted; giving back what it may hold");
             self.request.give_back_for(self.keys, owner);
+        }
+        if let Some(owner) = self.other_side.take() {
+            tracing::debug!(key = %self.request.label(), "upgrade or downgrade ended without knowing whether it was granted; the enclosing hold gives it back");
+            self.request.other_side_unsettled(self.keys, &owner);
         }
     }
 }

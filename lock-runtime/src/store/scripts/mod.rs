@@ -667,6 +667,17 @@ pub(crate) struct Place {
 }
 
 impl Stored {
+    /// How the other side of the read-write lock `lock` is stored, for a
+    /// request or hold of `kind`: the readers' places for a writer, the
+    /// lock hash for a reader. A semaphore has no other side.
+    pub(crate) fn other_side(kind: Kind, lock: &LockKeys) -> Option<Stored> {
+        match kind {
+            Kind::Read => Some(Stored::Hash),
+            Kind::Exclusive | Kind::Fair => Some(Stored::for_kind(Kind::Read, lock)),
+            Kind::Permits(_) => None,
+        }
+    }
+
     /// How a lock of `kind` named by `lock` is stored.
     pub(crate) fn for_kind(kind: Kind, lock: &LockKeys) -> Stored {
         match kind {
