@@ -164,7 +164,7 @@ async fn a_failed_release_of_an_upgrade_does_not_free_the_write_side_taken_again
 /// whose answer is lost in a stall may have taken the write side with no
 /// guard for it; a downgrade, the read side. Once the side it was made
 /// from is released, that side is given back too, not left taken by nobody
-/// for its lease.
+/// for its lease: another client's writer gets in.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unanswered_upgrade_or_downgrade_is_given_back_with_the_side_it_came_from() {
     let server = Arc::new(RedisServer::start());
@@ -195,7 +195,8 @@ async fn an_unanswered_upgrade_or_downgrade_is_given_back_with_the_side_it_came_
         };
         assert_eq!(taken, "1", "{what}: the lost call took its side");
         ok(&server, held.release().await);
-        free_for_another_as(&server, &name, inner).await;
+        // A writer: a reader would get in next to a reader left behind.
+        free_for_another_as(&server, &name, write).await;
     }
 }
 

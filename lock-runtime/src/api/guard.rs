@@ -502,11 +502,14 @@ async fn end(
             until.saturating_duration_since(Instant::now())
         });
         let released = give_back(client, held, whole, keep).await;
-        if whole && let Err(err) = &released {
-            give_back_later(client, held, keep_until, err);
-        }
-        if whole {
-            give_back_other_side(client, held);
+        let other_side = if last {
+            unsettled_other_side(client, held)
+        } else {
+            None
+        };
+        match &released {
+            Err(err) if whole => give_back_later(client, held, keep_until, err, other_side),
+            _ => give_back_other_side(client, held, other_side),
         }
         // A lock lost before is reported as lost, whether or not Redis
         // could be told of the release; one the shutdown ended, which
@@ -544,14 +547,20 @@ async fn end(
 /// it refuses nothing anyone will ask for, unless it still holds the other
 /// side of a read-write lock: then nothing is sent again.
 ///
+/// `other_side`, the other side of the read-write lock that an upgrade or
+/// downgrade whose answer was lost may have taken (see
+/// [`give_back_other_side`]), is given back once this one is.
+///
 /// [`Backend::retire`]: crate::engine::backend::Backend::retire
 fn give_back_later(
     client: &Arc<Inner>,
     held: &[Arc<Held>],
     keep_until: Option<Instant>,
     err: &LockError,
+    other_side: Option<Stored>,
 ) {
     if !err.is_unavailable() {
+        give_back_other_side(client, held, other_side);
         return;
     }
     let inner = client;
@@ -560,7 +569,7 @@ fn give_back_later(
     // side again meanwhile (asking for the other side, which no retirement
     // refuses): a give-back sent late could free that. The lock is then
     // left to its lease, as before.
-    let other_side = held.iter().any(|held| {
+    let holds_a_side = held.iter().any(|held| {
         [Stored::Hash, Stored::for_kind(Kind::Read, &held.keys)]
             .iter()
             .any(|stored| {
@@ -570,49 +579,59 @@ fn give_back_later(
                     .is_some()
             })
     });
-    if other_side {
+    if holds_a_side {
         return;
     }
     let keys = keys_of(held).into_owned();
     let label = label(held).into_owned();
     tracing::debug!(key = %label, error = %Chain(err), "release failed; sending it again in the background");
-    let owner = (held[0].stored.clone(), vec![held[0].owner.clone()]);
-    inner.retire_later(label, keys, owner, keep_until, inner.config.command_timeout);
+    let (stored, owner) = (held[0].stored.clone(), held[0].owner.clone());
+    let again_after = inner.config.command_timeout;
+    match other_side {
+        Some(then) => {
+            let first = (stored, keep_until);
+            inner.retire_in_turn(label, keys, owner, first, then, again_after);
+        }
+        None => inner.retire_later(label, keys, (stored, vec![owner]), keep_until, again_after),
+    }
 }
 
-/// An upgrade or a downgrade whose answer was lost, made from one of
-/// `held` (their last guard's locks, just given back), may have taken the
-/// other side of the read-write lock with no guard for it: that side is
-/// given back whole, in the background (sent again until Redis answers),
-/// unless a guard of this client holds it under the same owner id (its
-/// last release gives back every level). Sent after this side's release:
-/// the lost call, if Redis runs it only now, finds this side no longer
-/// held and takes nothing (asking for the other side needs this one held).
-/// The owner id is done with the lock, so retiring it from that side
-/// refuses nothing anyone will ask for.
-fn give_back_other_side(client: &Arc<Inner>, held: &[Arc<Held>]) {
-    for held in held.iter().filter(|held| held.other_side_unsettled()) {
-        let Some(other) = Stored::other_side(held.tracked.kind(), &held.keys) else {
-            continue;
-        };
-        if client
-            .registry
-            .renewed(&held.keys, &other, &held.owner)
-            .is_some()
-        {
-            continue;
-        }
-        tracing::debug!(key = %held.name, "giving back the other side an unanswered upgrade or downgrade may have taken");
-        let owner = (other, vec![held.owner.clone()]);
-        let again_after = client.config.call_timeout(None);
-        client.retire_later(
-            held.name.clone(),
-            vec![held.keys.clone()],
-            owner,
-            None,
-            again_after,
-        );
+/// The other side of the read-write lock of `held` (a last guard's lock)
+/// that an upgrade or a downgrade made from it, whose answer was lost, may
+/// have taken with no guard for it (see `Held::other_side_unsettled`).
+/// None when a guard of this client holds either side under the same owner
+/// id: that one's last release gives back every level of its side, and the
+/// owner id may still ask for the other. Once neither is held here, nothing
+/// asks for the lock under that owner id again (a re-entry, an upgrade or a
+/// downgrade needs a hold here), so giving back, and retiring the owner id
+/// from, that side refuses and frees nothing anyone holds or asks for.
+fn unsettled_other_side(client: &Arc<Inner>, held: &[Arc<Held>]) -> Option<Stored> {
+    let [held] = held else {
+        return None;
+    };
+    if !held.other_side_unsettled() {
+        return None;
     }
+    let other = Stored::other_side(held.tracked.kind(), &held.keys)?;
+    let registry = &client.registry;
+    let holds = |stored: &Stored| registry.renewed(&held.keys, stored, &held.owner).is_some();
+    (!holds(&other) && !holds(&held.stored)).then_some(other)
+}
+
+/// Gives back `other_side` (see [`unsettled_other_side`]) of `held`'s
+/// lock whole, in the background, sent again until Redis answers. Sent
+/// after the release of `held`'s own side: the lost call, if Redis runs it
+/// only now, finds that side no longer held and takes nothing (asking for
+/// the other side needs this one held).
+fn give_back_other_side(client: &Arc<Inner>, held: &[Arc<Held>], other_side: Option<Stored>) {
+    let (Some(other), [held]) = (other_side, held) else {
+        return;
+    };
+    tracing::debug!(key = %held.name, "giving back the other side an unanswered upgrade or downgrade may have taken");
+    let again_after = client.config.call_timeout(None);
+    let locks = vec![held.keys.clone()];
+    let owner = (other, vec![held.owner.clone()]);
+    client.retire_later(held.name.clone(), locks, owner, None, again_after);
 }
 
 /// Records how a hold of `held` ended.

@@ -130,19 +130,55 @@ impl Inner {
         };
         let (backend, stopped) = (self.backend.clone(), self.stopped());
         runtime.spawn(async move {
-            let giving_back = owners.iter().map(|owner| {
-                let held = (&stored, &**owner);
-                backend.retire(&label, &locks, held, keep_until, again_after, &stopped)
-            });
-            let released = futures_util::future::join_all(giving_back).await;
-            if released
-                .iter()
-                .flatten()
-                .flatten()
-                .any(|r| *r == Released::Free)
-            {
-                tracing::debug!(key = %label, "gave back a lock whose grant went unanswered");
-            }
+            let held = (&stored, &owners[..]);
+            retire(
+                &backend,
+                &label,
+                &locks,
+                held,
+                keep_until,
+                again_after,
+                &stopped,
+            )
+            .await;
+        });
+    }
+
+    /// As [`retire_later`](Self::retire_later) for `owner`'s hold of
+    /// `locks` stored as `first` (kept taken until `keep_until`), then,
+    /// once Redis answered that give-back (or it was given up), for its
+    /// hold stored as `then`: the other side of a read-write lock, which an
+    /// upgrade or downgrade made from the first may have taken (see
+    /// `guard.rs`, `give_back_other_side`).
+    pub(crate) fn retire_in_turn(
+        &self,
+        label: String,
+        locks: Vec<LockKeys>,
+        owner: Arc<str>,
+        (first, keep_until): (Stored, Option<Instant>),
+        then: Stored,
+        again_after: Duration,
+    ) {
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let (backend, stopped) = (self.backend.clone(), self.stopped());
+        runtime.spawn(async move {
+            let owners = [owner];
+            let (label, locks) = (&label[..], &locks[..]);
+            let held = (&first, &owners[..]);
+            retire(
+                &backend,
+                label,
+                locks,
+                held,
+                keep_until,
+                again_after,
+                &stopped,
+            )
+            .await;
+            let held = (&then, &owners[..]);
+            retire(&backend, label, locks, held, None, again_after, &stopped).await;
         });
     }
 
@@ -171,6 +207,33 @@ impl Inner {
             .lock()
             .unwrap_or_else(|e| e.into_inner());
         until.filter(|until| *until > now).map(|until| until - now)
+    }
+}
+
+/// Gives back, and retires, what each of `owners` may hold of `locks`,
+/// stored as `stored`, each until Redis answers or `stopped` (see
+/// [`Backend::retire`]).
+async fn retire(
+    backend: &Backend,
+    label: &str,
+    locks: &[LockKeys],
+    (stored, owners): (&Stored, &[Arc<str>]),
+    keep_until: Option<Instant>,
+    again_after: Duration,
+    stopped: &CancellationToken,
+) {
+    let giving_back = owners.iter().map(|owner| {
+        let held = (stored, &**owner);
+        backend.retire(label, locks, held, keep_until, again_after, stopped)
+    });
+    let released = futures_util::future::join_all(giving_back).await;
+    if released
+        .iter()
+        .flatten()
+        .flatten()
+        .any(|r| *r == Released::Free)
+    {
+        tracing::debug!(key = %label, "gave back a lock whose grant went unanswered");
     }
 }
 
