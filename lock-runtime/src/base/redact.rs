@@ -14,8 +14,11 @@ const HIDDEN: &str = "***";
 /// host, port, database and everything else stay. It works on text that is
 /// not a valid URL too (that is when a bad URL is reported): the user part
 /// is taken to end at the last `@`, so that a password with a `/`, `?`, `#`
-/// or `@` in it, not percent-encoded, is hidden whole. A text without `://`
-/// is read the same way, as a URL with its scheme left out.
+/// or `@` in it, not percent-encoded, is hidden whole; unless the query
+/// (from the first `?`) has a `pass` parameter, whose value may have an
+/// `@` in it: the user part then ends at the last `@` before the query. A
+/// text without `://` is read the same way, as a URL with its scheme left
+/// out.
 pub(crate) fn redact_url(url: &str) -> String {
     let (scheme, rest) = match url.split_once("://") {
         Some((scheme, rest)) => (Some(scheme), rest),
@@ -26,7 +29,7 @@ pub(crate) fn redact_url(url: &str) -> String {
         out.push_str(scheme);
         out.push_str("://");
     }
-    let after_user = match rest.rfind('@') {
+    let after_user = match user_part_end(rest) {
         Some(at) => {
             let (user, password) = rest[..at].split_once(':').unwrap_or((&rest[..at], ""));
             out.push_str(user);
@@ -52,6 +55,25 @@ pub(crate) fn redact_url(url: &str) -> String {
     out
 }
 
+/// Where the user part of `rest` (a URL after its `://`) ends: at its last
+/// `@`, or, when the query has a password parameter, at the last `@`
+/// before the query (see [`redact_url`]).
+fn user_part_end(rest: &str) -> Option<usize> {
+    match rest.split_once('?') {
+        Some((head, query)) if query.split(['&', '#']).any(is_password_param) => head.rfind('@'),
+        _ => rest.rfind('@'),
+    }
+}
+
+/// Whether `pair` (`key=value` of a query) gives a password: a `pass` or
+/// `password` key, any case, with a value.
+fn is_password_param(pair: &str) -> bool {
+    pair.split_once('=').is_some_and(|(key, value)| {
+        !value.is_empty()
+            && (key.eq_ignore_ascii_case("pass") || key.eq_ignore_ascii_case("password"))
+    })
+}
+
 /// A query string with the value of every `pass` (and `password`)
 /// parameter hidden; a fragment after it stays.
 fn redact_query(query: &str) -> String {
@@ -62,13 +84,7 @@ fn redact_query(query: &str) -> String {
     let mut out = pairs
         .split('&')
         .map(|pair| match pair.split_once('=') {
-            Some((key, value))
-                if !value.is_empty()
-                    && (key.eq_ignore_ascii_case("pass")
-                        || key.eq_ignore_ascii_case("password")) =>
-            {
-                format!("{key}={HIDDEN}")
-            }
+            Some((key, _)) if is_password_param(pair) => format!("{key}={HIDDEN}"),
             _ => pair.to_owned(),
         })
         .collect::<Vec<_>>()
@@ -149,6 +165,16 @@ mod tests {
                 "unix:///r.sock?pass=***&user=u#x",
             ),
             ("unix:///r.sock?pass=", "unix:///r.sock?pass="),
+            // An `@` in a query's password, not percent-encoded.
+            ("unix:///r.sock?pass=p@ss", "unix:///r.sock?pass=***"),
+            (
+                "UNIX:///r.sock?user=a@corp&PASSWORD=pw",
+                "UNIX:///r.sock?user=a@corp&PASSWORD=***",
+            ),
+            (
+                "redis://:pw@host/?password=p@ss",
+                "redis://:***@host/?password=***",
+            ),
             ("", ""),
         ];
         for (url, shown) in cases {
