@@ -390,3 +390,42 @@ async fn a_writer_that_stops_waiting_takes_its_turn_back() {
     ok(&server, another.release().await);
     ok(&server, reader.release().await);
 }
+
+/// A reader upgrades to the fair write side (`fair_lock` on the name it
+/// reads), as to the plain one: its own read place is not a reader in its
+/// way; another reader is, and holds the upgrade back until it leaves.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reader_upgrades_to_the_fair_write_side() {
+    let (server, [locks, other]) = start_server_with_clients().await;
+    let name = unique_key("fair-upgrade");
+    let read = ok(&server, locks.read_lock(name.as_str()).acquire().await);
+    read.scope(async {
+        let upgrade = locks.fair_lock(name.as_str()).wait(Duration::ZERO);
+        let writing = ok(&server, upgrade.acquire().await);
+        let blocked = other
+            .read_lock(name.as_str())
+            .wait(Duration::ZERO)
+            .acquire()
+            .await;
+        assert!(
+            blocked
+                .expect_err("the upgraded reader writes")
+                .is_timeout()
+        );
+        ok(&server, writing.release().await);
+
+        let reader = ok(&server, other.read_lock(name.as_str()).acquire().await);
+        let upgrade = locks.fair_lock(name.as_str()).wait(Duration::ZERO);
+        let held_back = upgrade.acquire().await;
+        assert!(held_back.expect_err("another reader").is_timeout());
+        ok(&server, reader.release().await);
+        let upgrade = locks.fair_lock(name.as_str()).wait(Duration::from_secs(5));
+        ok(
+            &server,
+            ok(&server, upgrade.acquire().await).release().await,
+        );
+    })
+    .await
+    .expect("not lost");
+    ok(&server, read.release().await);
+}

@@ -38,11 +38,15 @@ if how == '0' then
   if redis.call('EXISTS', gone) == 1 then
     return {0, redis.call('PTTL', gone), 0}
   end
-else
+end
+-- An upgrade: the caller's own read place, live, is not a reader in its way.
+local upgrading = false
+if how ~= '0' then
   local reading = redis.call('ZSCORE', KEYS[5], ARGV[1])
   if how ~= 'o' or not reading or tonumber(reading) <= now then
     return {-4, 1}
   end
+  upgrading = true
 end
 
 -- Who is first in line and how many readers hold the read side matter
@@ -62,6 +66,9 @@ if not owner then
   end
   first = redis.call('ZRANGE', KEYS[3], 0, 0)[1]
   readers = redis.call('ZCOUNT', KEYS[5], '(' .. now, '+inf')
+  if upgrading then
+    readers = readers - 1
+  end
 end
 local closed = nil
 if not owner and readers == 0 and (not first or first == ARGV[1]) then
