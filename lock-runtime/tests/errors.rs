@@ -156,6 +156,22 @@ async fn bad_names_and_settings_are_config_errors() {
     assert!(matches!(braces, Err(LockError::Config(_))));
     let url = LockClient::connect("http://nope").await;
     assert!(matches!(url, Err(LockError::Config(_))), "{url:?}");
+    // `WAIT` counts whole milliseconds, and `WAIT n 0` waits without end:
+    // a replica timeout under 1 ms is refused, also for a client whose
+    // requests name their own replicas.
+    for min_replicas in [1, 0] {
+        for timeout in [Duration::ZERO, Duration::from_micros(500)] {
+            let refused = LockClient::builder(server.url())
+                .min_replicas(min_replicas)
+                .replica_timeout(timeout)
+                .connect()
+                .await;
+            assert!(
+                matches!(&refused, Err(LockError::Config(m)) if m.contains("replica_timeout")),
+                "{timeout:?}: {refused:?}"
+            );
+        }
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -266,6 +266,28 @@ async fn a_deleted_lock_is_counted_lost_once() {
     assert_eq!(ended(&server, &name).await["outcome"], "lost");
 }
 
+/// A re-entry that finds the lock deleted loses the hold it entered: one
+/// loss, not also an acquire error.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lock_found_deleted_by_a_re_entry_is_counted_lost_once() {
+    let _turn = take_turn().await;
+    let (server, [locks]) = start_server_with_clients().await;
+    let name = unique_key("telemetry-reentry");
+    let guard = ok(&server, locks.lock(name.as_str()).acquire().await);
+    assert_eq!(server.cli(&["DEL", &lock_key(&name)]), "1");
+    let again = guard
+        .scope(async { locks.lock(name.as_str()).acquire().await })
+        .await;
+    assert!(matches!(&again, Ok(Err(err)) if err.is_lost()), "{again:?}");
+    let counted = metrics();
+    let labels = [EXCLUSIVE, ("reason", "not_held_at_reentry")];
+    assert_eq!(counted.counter(LOCK_LOST_TOTAL, &labels), 1, "{counted:?}");
+    assert_eq!(counted.counter(LOCK_ERRORS_TOTAL, &[]), 0, "{counted:?}");
+    let waits = counted.samples(LOCK_WAIT_SECONDS, &[EXCLUSIVE, ("outcome", "lost")]);
+    assert_eq!(waits.len(), 1, "{counted:?}");
+    assert!(guard.release().await.expect_err("lost").is_lost());
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_paused_server_means_failed_renewals_and_an_expired_lock() {
     let _turn = take_turn().await;

@@ -97,8 +97,11 @@ impl LockClientBuilder {
     /// clients that connect after a restart that lost everything. A promoted
     /// replica is not a restart (see [`min_replicas`](Self::min_replicas)).
     /// Turned off, fencing tokens still never go back.
+    ///
+    /// At most a year: a longer one, `Duration::MAX` included, is taken as
+    /// a year.
     pub fn restart_quarantine(mut self, quarantine: Duration) -> Self {
-        self.config.restart_quarantine = quarantine;
+        self.config.restart_quarantine = quarantine.min(MAX_TIMEOUT);
         self
     }
 

@@ -128,10 +128,14 @@ impl Config {
                 "timeouts must be longer than zero".into(),
             ));
         }
-        if self.min_replicas > 0 && self.replica_timeout.is_zero() {
-            return Err(LockError::Config(
-                "replica_timeout must be longer than zero".into(),
-            ));
+        // Checked whatever `min_replicas` is: a request may ask for
+        // replicas of its own. `WAIT` counts whole milliseconds, and waits
+        // without end when given 0.
+        if self.replica_timeout < Duration::from_millis(1) {
+            return Err(LockError::Config(format!(
+                "replica_timeout must be at least 1ms, not {:?}",
+                self.replica_timeout
+            )));
         }
         self.check_lease("(default)", self.default_lease)
     }

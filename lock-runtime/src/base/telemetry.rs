@@ -88,7 +88,9 @@ pub mod metric_names {
     /// `read_only`, `auth`, `config`, `redis`, `no_runtime`).
     pub const LOCK_ERRORS_TOTAL: &str = "lock_runtime_errors_total";
     /// Histogram, seconds: time to take a lock. Labels: `kind`, `outcome`
-    /// (`acquired`, `timed_out`, `error`).
+    /// (`acquired`, `timed_out`, `error`; `lost` for a re-entry that found
+    /// the lock it entered no longer held, whose loss the enclosing hold
+    /// counts in [`LOCK_LOST_TOTAL`]).
     pub const LOCK_WAIT_SECONDS: &str = "lock_runtime_wait_seconds";
     /// Histogram, seconds: time a lock was held, per guard. Labels: `kind`,
     /// `outcome` (`released`, `lost`, `error`).
@@ -612,6 +614,13 @@ impl Acquiring {
                 };
                 count(LOCK_TIMEOUTS_TOTAL, &[("kind", kind), ("cause", cause)]);
                 "timed_out"
+            }
+            // A re-entry that found the lock no longer held: the hold it
+            // entered counts the loss (LOCK_LOST_TOTAL), once.
+            Err(err) if err.is_lost() => {
+                span.record("outcome", "lost");
+                tracing::debug!(parent: &span, error = %Chain(&err), "acquire found the lock lost");
+                "lost"
             }
             Err(err) => {
                 span.record("outcome", "error");

@@ -429,7 +429,8 @@ impl Sending {
                 pipe.add_command(cmd.clone())
                     .cmd("WAIT")
                     .arg(replicas.count)
-                    .arg(replicas.timeout.as_millis() as u64);
+                    // At least 1 ms: `WAIT n 0` would wait without end.
+                    .arg(replicas.timeout.as_millis().max(1) as u64);
                 // Boxed, as every path but the common one below: the future
                 // of every call holds what its paths hold, and a large one
                 // costs every call (and overflowed a thread's stack in
