@@ -1157,6 +1157,14 @@ impl Run {
             return Ok(format!("worker {id}: no critical section came"));
         };
         let name = format!("k{key}");
+        // A look first: a connection an earlier fault cut is found dead by
+        // this call, and replaced, instead of failing the removal (which is
+        // not sent twice: a second one could take the lock from a later
+        // holder). Before the counter is read, so as not to widen the gap
+        // between the two.
+        if let (FaultKind::ForceRelease, Some(operator)) = (kind, &self.operator) {
+            let _ = operator.inspect(&name).await;
+        }
         // The fencing counter of the lock's slot and its value now, to
         // place the removal among the tokens (see RemovalTokens).
         let counter = with_redis(&self.redis, move |r| fence_counter(r, key))

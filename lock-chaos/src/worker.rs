@@ -961,13 +961,19 @@ impl Section<'_> {
         }
     }
 
-    /// Writes a marker unless the holder knows it lost the lock. A holder
-    /// that was frozen does not know yet: its write is the fence's to stop.
+    /// Writes a marker unless the holder knows it lost the lock.
     async fn write(&mut self, begin: bool) {
         if self.guard.is_lost() {
             self.notice();
             return;
         }
+        self.write_unchecked(begin).await;
+    }
+
+    /// Writes a marker without asking whether the lock is still held, as a
+    /// program frozen in its critical section does when it runs on: it
+    /// does not know yet, and its write is the fence's to stop.
+    async fn write_unchecked(&mut self, begin: bool) {
         for &(key, token) in self.parts {
             let request = WriteRequest {
                 worker: self.config.id,
@@ -1204,8 +1210,11 @@ impl Section<'_> {
                 .stalled_us
                 .fetch_add((end - start) as u64, Ordering::SeqCst);
             emit(WorkerLine::Stalled { start, end });
-            // Straight on to the end marker, as a paused program would.
-            self.write(false).await;
+            // Straight on to the end marker, as a paused program would,
+            // before it could look at its lock: by now its lease has run
+            // out here (the stall outlasts it), and the write tests the
+            // fence, which must refuse it if another holder came since.
+            self.write_unchecked(false).await;
             if self.guard.is_lost() {
                 self.notice();
             }
