@@ -297,3 +297,93 @@ async fn a_multi_slot_give_back_left_unanswered_is_not_followed_by_the_same_owne
     assert_ne!(owner_of_first(), before, "the owner id was used again");
     guard.release().await.expect("release");
 }
+
+/// A lock whose slot migrates to another master while it is held (a live
+/// reshard: the slot MIGRATING on its master and IMPORTING on another, the
+/// lock's key moved, the migration not ended) stays held: its renewals
+/// follow ASK to the node that has it now. Once the slot has moved, its
+/// release frees it there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_lock_whose_slot_migrates_while_held_stays_held() {
+    let cluster = start_cluster(3, 0);
+    let [locks, other] = cluster_clients(&cluster).await;
+    // Every master has run the lock scripts (the library is loaded there).
+    for (name, _) in names_on_every_master(&cluster, &unique_key("warm")) {
+        let warm = locks.lock(name.as_str()).acquire().await.expect("acquire");
+        warm.release().await.expect("release");
+    }
+    let name = unique_key("migrating");
+    let key = lock_key(&name);
+    let held = locks
+        .lock(name.as_str())
+        .lease(Duration::from_millis(900))
+        .acquire()
+        .await
+        .expect("acquire");
+    let source = cluster.master_for_key(&key);
+    let target = cluster
+        .masters()
+        .into_iter()
+        .find(|m| *m != source)
+        .unwrap();
+    let slot = cluster.node(source).cli(&["CLUSTER", "KEYSLOT", &key]);
+    let (source_id, target_id) = (cluster.node_id(source), cluster.node_id(target));
+    let setslot = |node: usize, how: &[&str]| {
+        let args = [&["CLUSTER", "SETSLOT", slot.as_str()][..], how].concat();
+        assert_eq!(cluster.node(node).cli(&args), "OK", "{args:?}");
+    };
+    setslot(target, &["IMPORTING", source_id]);
+    setslot(source, &["MIGRATING", target_id]);
+    let port = cluster.node(target).port().to_string();
+    let migrate = ["MIGRATE", "127.0.0.1", &port, "", "0", "5000", "KEYS", &key];
+    assert_eq!(cluster.node(source).cli(&migrate), "OK");
+
+    // Three leases with the slot migrating: renewed where the key is now.
+    tokio::time::sleep(Duration::from_millis(2700)).await;
+    assert!(!held.is_lost(), "lost while its slot migrated");
+    let busy = other
+        .lock(name.as_str())
+        .wait(Duration::ZERO)
+        .acquire()
+        .await;
+    assert!(busy.is_err(), "taken by another while held");
+
+    // The migration ends: the slot's other keys (its fencing counter) go
+    // too, and every master learns the slot's new node.
+    let rest = cluster
+        .node(source)
+        .cli(&["CLUSTER", "GETKEYSINSLOT", &slot, "100"]);
+    for other_key in rest.lines().filter(|line| !line.is_empty()) {
+        let migrate = [
+            "MIGRATE",
+            "127.0.0.1",
+            &port,
+            "",
+            "0",
+            "5000",
+            "KEYS",
+            other_key,
+        ];
+        assert_eq!(cluster.node(source).cli(&migrate), "OK");
+    }
+    setslot(target, &["NODE", target_id]);
+    setslot(source, &["NODE", target_id]);
+    for node in cluster
+        .masters()
+        .into_iter()
+        .filter(|n| ![source, target].contains(n))
+    {
+        setslot(node, &["NODE", target_id]);
+    }
+    held.release().await.expect("release once the slot moved");
+    let again = other
+        .lock(name.as_str())
+        .wait(Duration::from_secs(5))
+        .acquire()
+        .await;
+    again
+        .expect("free after the release")
+        .release()
+        .await
+        .expect("release");
+}

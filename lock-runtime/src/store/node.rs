@@ -421,32 +421,94 @@ enum Sending {
 }
 
 impl Sending {
+    /// Sends `cmd` as this says; on a Cluster, a call the server answers
+    /// with ASK (its slot migrating, its keys on the node importing it) is
+    /// sent there at once, after `ASKING`. ASK says it did not run, and
+    /// redis-rs follows it only with its own retries, which are off (see
+    /// [`retried`]). Without this, the renewals and releases of locks
+    /// already moved failed until the migration ended: a slot that stays
+    /// migrating longer than a lease (a large slot, a throttled or stopped
+    /// reshard) lost its locks. (A call whose keys are split between the
+    /// two nodes gets TRYAGAIN from either, which `retried` sends again.)
     async fn send<T: FromRedisValue>(&self, conn: &mut Conn, cmd: &Cmd) -> redis::RedisResult<T> {
-        match self {
-            Sending::Alone => cmd.query_async(conn).await,
-            Sending::ThenWait(replicas) => {
-                let mut pipe = redis::pipe();
-                pipe.add_command(cmd.clone())
-                    .cmd("WAIT")
-                    .arg(replicas.count)
-                    // At least 1 ms: `WAIT n 0` would wait without end.
-                    .arg(replicas.timeout.as_millis().max(1) as u64);
-                // Boxed, as every path but the common one below: the future
-                // of every call holds what its paths hold, and a large one
-                // costs every call (and overflowed a thread's stack in
-                // unoptimised builds).
-                let replies: Vec<Value> = Box::pin(pipe.ignore_errors().query_async(conn)).await?;
-                // The script's refusal is the call's error, as when it runs
-                // alone. WAIT's own refusal is the caller's to read (see
-                // `Acked`): the script ran, and what it granted must not be
-                // left taken.
-                if let Some(Value::ServerError(refused)) = replies.first() {
-                    return Err(refused.clone().into());
-                }
-                Ok(T::from_redis_value(Value::Array(replies))?)
+        match self.send_to(conn, cmd, None).await {
+            Err(err)
+                if err.kind() == ErrorKind::Server(ServerErrorKind::Ask) && conn.is_cluster() =>
+            {
+                let Some(node) = asked_node(&err) else {
+                    return Err(err);
+                };
+                Box::pin(self.send_to(conn, cmd, Some(node))).await
             }
+            other => other,
         }
     }
+
+    /// Sends `cmd` as this says, to the slot's node, or, `asked`, to that
+    /// node of a Cluster after `ASKING` (in one pipeline).
+    async fn send_to<T: FromRedisValue>(
+        &self,
+        conn: &mut Conn,
+        cmd: &Cmd,
+        asked: Option<SingleNodeRoutingInfo>,
+    ) -> redis::RedisResult<T> {
+        if let (Sending::Alone, None) = (self, &asked) {
+            return cmd.query_async(conn).await;
+        }
+        let mut pipe = redis::pipe();
+        let offset = match asked {
+            Some(_) => {
+                pipe.cmd("ASKING");
+                1
+            }
+            None => 0,
+        };
+        pipe.add_command(cmd.clone());
+        if let Sending::ThenWait(replicas) = self {
+            pipe.cmd("WAIT")
+                .arg(replicas.count)
+                // At least 1 ms: `WAIT n 0` would wait without end.
+                .arg(replicas.timeout.as_millis().max(1) as u64);
+        }
+        let count = match self {
+            Sending::Alone => 1,
+            Sending::ThenWait(_) => 2,
+        };
+        pipe.ignore_errors();
+        // Boxed, as every path but the common one above: the future of
+        // every call holds what its paths hold, and a large one costs every
+        // call (and overflowed a thread's stack in unoptimised builds).
+        let replies: Vec<Value> = match (asked, conn) {
+            (Some(node), Conn::Cluster(cluster)) => {
+                Box::pin(cluster.route_pipeline(pipe, offset, count, node)).await?
+            }
+            (_, conn) => Box::pin(pipe.query_async(conn)).await?,
+        };
+        // The script's refusal is the call's error, as when it runs alone.
+        // WAIT's own refusal is the caller's to read (see `Acked`): the
+        // script ran, and what it granted must not be left taken.
+        match (self, replies.first()) {
+            (_, Some(Value::ServerError(refused))) => Err(refused.clone().into()),
+            (Sending::Alone, Some(reply)) => Ok(T::from_redis_value(reply.clone())?),
+            (Sending::ThenWait(_), _) => Ok(T::from_redis_value(Value::Array(replies))?),
+            (Sending::Alone, None) => Err(RedisError::from((
+                ErrorKind::UnexpectedReturnType,
+                "no reply to a call sent after ASKING",
+            ))),
+        }
+    }
+}
+
+/// The node an ASK redirect names (`host:port`; the port after the last
+/// colon, so that an IPv6 address keeps its own).
+fn asked_node(err: &RedisError) -> Option<SingleNodeRoutingInfo> {
+    let (address, _slot) = err.redirect_node()?;
+    let (host, port) = address.rsplit_once(':')?;
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    Some(SingleNodeRoutingInfo::ByAddress {
+        host: host.to_owned(),
+        port: port.parse().ok()?,
+    })
 }
 
 /// What `WAIT` answered after a script: how many replicas have its
