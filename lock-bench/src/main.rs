@@ -435,7 +435,10 @@ separately as \"Redis calls (incl. in scripts)\", and told apart by name (the co
 own command, and runs only inside scripts for the runtime, whose client never sends one).\n\
 - **Waiting.** The runtime's waiters subscribe to the lock's release channel and sleep until \
 the release is published; its `fair_lock` also queues them in arrival order, so that a release \
-goes to the next in line. The hand-written lock and rslock poll. rslock's `acquire` makes \
+goes to the next in line. A release also hands the lock straight to a waiting task of its own \
+client, in the release's own call (no wake-up, no acquire of the waiter's own): the contention \
+scenario measures both, with a client per task (as processes of their own) and with one client \
+shared by the tasks. The hand-written lock and rslock poll. rslock's `acquire` makes \
 rounds of 3 attempts with random pauses (up to 200 ms by default) and sends an unlock script \
 after every failed attempt.\n\
 - **Renewal.** The runtime renews every held lock of a client from one watchdog task, many \
@@ -447,9 +450,11 @@ requests and writing replies, which `INFO commandstats` leaves out, and the serv
 work in that time; a snapshot child's CPU is not included, the fork itself is. Client CPU is \
 the benchmark process's CPU time (all threads, the tokio runtime included) around the same \
 block, during which only the measured contender runs.\n\
-- **Noise.** Client, server and the tokio runtime share the machine's cores. Each latency \
-scenario runs the contenders in rounds of rotating order and shows the spread of per-round \
-ratios; treat differences inside that spread as noise.\n";
+- **Noise.** Client, server and the tokio runtime share the machine's cores. The uncontended \
+and attribute scenarios run the contenders in rounds of rotating order, and show the lowest and \
+highest ratio of the medians of five consecutive parts of the run (ratios of single rounds \
+spread wider); the throughput and contention scenarios rotate their rounds too, the handoff \
+scenario runs its contenders in a fixed order. Treat differences inside that spread as noise.\n";
 
 /// The machine and versions, for the report.
 fn machine(ctx: &Ctx) -> Machine {

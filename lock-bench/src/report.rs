@@ -177,7 +177,9 @@ pub fn remote(r: &mut Remote, targets: &mut Vec<Target>) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "As the uncontended scenario, with every contender connected through the testkit's \
+        "As the uncontended scenario (against the server without persistence: the runtime's \
+         restart check reads nothing there either, see above), with every contender connected \
+         through the testkit's \
          proxy, which holds each chunk back by {} in each direction (to within tens of \
          microseconds; the proxy's own relaying adds to it), as a Redis on another host would. \
          One PING round trip through the proxy in the same run: p50 {}, p99 {}. {} rounds of \
@@ -455,8 +457,12 @@ pub fn contention(c: &mut Contention, targets: &mut Vec<Target>) -> String {
          lock; \"longest\" includes waits still unfinished when a round ended. \"Busiest \
          task's share\" is the part of all acquisitions made by the task that made the most \
          (1/16 = 6 % is perfectly fair): a task that releases and at once takes the lock again \
-         while the others sleep makes many acquisitions per second and long waits. Every \
-         contender is one client shared by the tasks.\n",
+         while the others sleep makes many acquisitions per second and long waits. The \
+         hand-written lock and rslock are each one client shared by the tasks. lock-runtime runs \
+         twice: with a client per task, as processes of their own would be, where every waiter \
+         is woken by the published release (the targets are judged on these rows); and with one \
+         client shared by the tasks, whose releases hand the lock straight to a waiting task of \
+         that client in the release's own call.\n",
         contention::TASKS,
         dur(c.duration),
         c.rounds

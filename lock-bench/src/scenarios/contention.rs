@@ -21,6 +21,11 @@ pub enum Waiter {
     Ours(LockClient),
     /// lock-runtime's fair lock: waiters queue in arrival order.
     OursFair(LockClient),
+    /// lock-runtime with a client per task, as processes of their own
+    /// would have: no release hands the lock to a waiter of its client, so
+    /// every waiter is woken by the published release (`fair`: the fair
+    /// lock). Each task takes [`for_task`](Waiter::for_task)'s client.
+    OursApart(Arc<[LockClient]>, bool),
     /// Hand-written: tries again after a fixed pause.
     HandPoll(HandLock, Duration),
     /// rslock's `acquire`: rounds of 3 tries with random pauses.
@@ -43,14 +48,40 @@ impl Waiter {
     /// Whether it is lock-runtime (whose `SET` calls run inside its
     /// scripts, see [`CommandStats::of_runtime`]).
     pub fn is_runtime(&self) -> bool {
-        matches!(self, Waiter::Ours(_) | Waiter::OursFair(_))
+        matches!(
+            self,
+            Waiter::Ours(_) | Waiter::OursFair(_) | Waiter::OursApart(..)
+        )
+    }
+
+    /// What task `task` of a round takes the lock through: its own client
+    /// for [`Waiter::OursApart`], the shared one otherwise.
+    pub fn for_task(&self, task: usize) -> Waiter {
+        match self {
+            Waiter::OursApart(clients, fair) => {
+                let client = clients[task % clients.len()].clone();
+                if *fair {
+                    Waiter::OursFair(client)
+                } else {
+                    Waiter::Ours(client)
+                }
+            }
+            other => other.clone(),
+        }
     }
 
     /// The contention scenario's contenders.
     pub async fn all(url: &str) -> Result<Vec<Waiter>, BenchError> {
         let hand = HandLock::connect(url, "hand:").await?;
         let locks = LockClient::connect(url).await?;
+        let mut apart = Vec::with_capacity(TASKS);
+        for _ in 0..TASKS {
+            apart.push(LockClient::connect(url).await?);
+        }
+        let apart: Arc<[LockClient]> = apart.into();
         Ok(vec![
+            Waiter::OursApart(apart.clone(), false),
+            Waiter::OursApart(apart, true),
             Waiter::Ours(locks.clone()),
             Waiter::OursFair(locks),
             Waiter::HandPoll(hand.clone(), Duration::from_millis(1)),
@@ -69,8 +100,16 @@ impl Waiter {
     /// Its name in tables.
     pub fn name(&self) -> String {
         match self {
-            Waiter::Ours(_) => "lock-runtime `lock` (pub/sub wake-up)".to_owned(),
-            Waiter::OursFair(_) => "lock-runtime `fair_lock` (FIFO queue)".to_owned(),
+            Waiter::OursApart(_, false) => {
+                "lock-runtime `lock`, a client per task (pub/sub wake-up)".to_owned()
+            }
+            Waiter::OursApart(_, true) => {
+                "lock-runtime `fair_lock`, a client per task (FIFO queue)".to_owned()
+            }
+            Waiter::Ours(_) => "lock-runtime `lock`, one client (handed on in process)".to_owned(),
+            Waiter::OursFair(_) => {
+                "lock-runtime `fair_lock`, one client (handed on in process)".to_owned()
+            }
             Waiter::HandPoll(_, every) => format!("hand-written, retry every {every:?}"),
             Waiter::Rslock(_, how) => format!("rslock ({how})"),
             Waiter::PubSubFloor(_) => "floor: bare pub/sub wake-up by hand".to_owned(),
@@ -80,8 +119,10 @@ impl Waiter {
     /// A short name for charts.
     pub fn short_name(&self) -> String {
         match self {
-            Waiter::Ours(_) => "lock-runtime".to_owned(),
-            Waiter::OursFair(_) => "lock-runtime fair".to_owned(),
+            Waiter::OursApart(_, false) => "lock-runtime".to_owned(),
+            Waiter::OursApart(_, true) => "lock-runtime fair".to_owned(),
+            Waiter::Ours(_) => "lock-runtime 1 client".to_owned(),
+            Waiter::OursFair(_) => "lock-runtime fair 1 client".to_owned(),
             Waiter::HandPoll(_, every) => format!("hand {every:?}"),
             Waiter::Rslock(_, how) if how.starts_with("defaults") => "rslock".to_owned(),
             Waiter::Rslock(..) => "rslock 10ms".to_owned(),
@@ -92,6 +133,7 @@ impl Waiter {
     /// Takes the lock `name`, waiting as long as it takes.
     pub async fn acquire(&self, name: &str) -> Result<Holding, BenchError> {
         Ok(match self {
+            Waiter::OursApart(..) => return self.for_task(0).acquire_boxed(name).await,
             Waiter::Ours(locks) => Holding::Ours(
                 locks
                     .lock(name)
@@ -122,6 +164,9 @@ impl Waiter {
     /// Takes the lock `name` if it is free, without waiting.
     pub async fn try_acquire(&self, name: &str) -> Result<Holding, BenchError> {
         Ok(match self {
+            Waiter::OursApart(..) => {
+                return Box::pin(self.for_task(0).try_acquire(name)).await;
+            }
             Waiter::Ours(locks) => Holding::Ours(
                 locks
                     .lock(name)
@@ -174,6 +219,17 @@ impl Waiter {
             (_, Holding::Hand(_)) => return Err("hand-written guard released elsewhere".into()),
         }
         Ok(())
+    }
+}
+
+impl Waiter {
+    /// [`acquire`](Waiter::acquire), boxed: it calls itself.
+    fn acquire_boxed<'a>(
+        &'a self,
+        name: &'a str,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<Holding, BenchError>> + Send + 'a>>
+    {
+        Box::pin(self.acquire(name))
     }
 }
 
@@ -240,8 +296,8 @@ async fn round(
     let start = Instant::now();
     let deadline = tokio::time::Instant::from_std(start + duration);
     let mut tasks = JoinSet::new();
-    for _ in 0..TASKS {
-        let (waiter, key, inside) = (waiter.clone(), key.to_owned(), inside.clone());
+    for task in 0..TASKS {
+        let (waiter, key, inside) = (waiter.for_task(task), key.to_owned(), inside.clone());
         tasks.spawn(async move {
             let mut result = TaskResult {
                 acquisitions: 0,
