@@ -90,34 +90,32 @@ fn decode(text: &str) -> String {
 }
 
 /// The passwords a URL carries, as written in it (percent-encoded or not),
-/// found as lock-runtime's messages find them to hide them: every `pass`
-/// or `password` query parameter (from the first `?`) is one, whatever the
-/// scheme and its case (redis-rs reads `UNIX://` as `unix://`), and so is
-/// the password of the user part, which ends at the last `@` (a password
-/// with a `/`, `?`, `#` or `@` in it, not percent-encoded, is found whole),
-/// or at the last `@` before the query when the query has a password (whose
-/// value may have an `@` in it). A text that does not parse as a URL is
-/// read the same way: it is quoted in the message that says so.
+/// found as lock-runtime's messages find them to hide them: the password
+/// of the user part, which ends at the last `@` (a password with a `/`,
+/// `?`, `#` or `@` in it, not percent-encoded, is found whole), and every
+/// `pass` or `password` parameter of the query read from the first `?`,
+/// whatever the scheme and its case (redis-rs reads `UNIX://` as
+/// `unix://`); where the text reads both ways (an `@` in a query's
+/// password, a `?` in the user part's), both are found. A text that does
+/// not parse as a URL is read the same way: it is quoted in the message
+/// that says so.
 fn passwords_in(url: &str) -> Vec<&str> {
     let rest = url.split_once("://").map_or(url, |(_, rest)| rest);
-    let (head, query) = rest.split_once('?').unwrap_or((rest, ""));
-    let in_query: Vec<&str> = query
+    let in_user = rest
+        .rfind('@')
+        .and_then(|at| rest[..at].split_once(':'))
+        .map(|(_, password)| password);
+    let query = rest.split_once('?').map_or("", |(_, query)| query);
+    let in_query = query
         .split(['&', '#'])
         .filter_map(|pair| pair.split_once('='))
         .filter(|(key, _)| key.eq_ignore_ascii_case("pass") || key.eq_ignore_ascii_case("password"))
-        .map(|(_, value)| value)
-        .filter(|value| !value.is_empty())
-        .collect();
-    let user_end = if in_query.is_empty() {
-        rest.rfind('@')
-    } else {
-        head.rfind('@')
-    };
-    let in_user = user_end
-        .and_then(|at| rest[..at].split_once(':'))
-        .map(|(_, password)| password)
-        .filter(|password| !password.is_empty());
-    in_user.into_iter().chain(in_query).collect()
+        .map(|(_, value)| value);
+    in_user
+        .into_iter()
+        .chain(in_query)
+        .filter(|password| !password.is_empty())
+        .collect()
 }
 
 /// Hides passwords in the text lockctl prints (no `Debug`: it holds them).
@@ -245,6 +243,10 @@ mod tests {
         assert_eq!(passwords_in("unix:///s?pass=p@ss"), ["p@ss"]);
         assert_eq!(passwords_in("unix:///s?user=a@corp&pass=pw"), ["pw"]);
         assert_eq!(passwords_in("redis://:pw@host/x?pass=a?b"), ["pw", "a?b"]);
+        assert_eq!(
+            passwords_in("redis://:ab?cd@host/?db=0&password=z"),
+            ["ab?cd", "z"]
+        );
     }
 
     #[test]

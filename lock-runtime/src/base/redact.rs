@@ -1,6 +1,7 @@
 //! Connection URLs as they may be shown: in `Debug` output, error messages
 //! and `tracing` fields, with their passwords replaced by `***`.
 
+use std::borrow::Cow;
 use std::fmt;
 
 /// What a password is shown as.
@@ -14,22 +15,36 @@ const HIDDEN: &str = "***";
 /// host, port, database and everything else stay. It works on text that is
 /// not a valid URL too (that is when a bad URL is reported): the user part
 /// is taken to end at the last `@`, so that a password with a `/`, `?`, `#`
-/// or `@` in it, not percent-encoded, is hidden whole; unless the query
-/// (from the first `?`) has a `pass` parameter, whose value may have an
-/// `@` in it: the user part then ends at the last `@` before the query. A
-/// text without `://` is read the same way, as a URL with its scheme left
-/// out.
+/// or `@` in it, not percent-encoded, is hidden whole. And the value of a
+/// `pass` parameter of the query read from the first `?` is hidden too,
+/// wherever it shows: an `@` in it, not percent-encoded, would otherwise
+/// have been read as the end of the user part. A text without `://` is
+/// read the same way, as a URL with its scheme left out.
 pub(crate) fn redact_url(url: &str) -> String {
     let (scheme, rest) = match url.split_once("://") {
         Some((scheme, rest)) => (Some(scheme), rest),
         None => (None, url),
     };
+    // The other reading of the same text (see above) first: its query
+    // passwords, longest first, wherever they show.
+    let query = rest.split_once('?').map_or("", |(_, query)| query);
+    let mut in_query: Vec<&str> = query
+        .split(['&', '#'])
+        .filter(|pair| is_password_param(pair))
+        .filter_map(|pair| pair.split_once('=').map(|(_, value)| value))
+        .collect();
+    in_query.sort_by_key(|value| std::cmp::Reverse(value.len()));
+    let mut hidden = Cow::Borrowed(rest);
+    for value in in_query {
+        hidden = Cow::Owned(hidden.replace(value, HIDDEN));
+    }
+    let rest = &*hidden;
     let mut out = String::with_capacity(url.len());
     if let Some(scheme) = scheme {
         out.push_str(scheme);
         out.push_str("://");
     }
-    let after_user = match user_part_end(rest) {
+    let after_user = match rest.rfind('@') {
         Some(at) => {
             let (user, password) = rest[..at].split_once(':').unwrap_or((&rest[..at], ""));
             out.push_str(user);
@@ -53,16 +68,6 @@ pub(crate) fn redact_url(url: &str) -> String {
         None => out.push_str(after_user),
     }
     out
-}
-
-/// Where the user part of `rest` (a URL after its `://`) ends: at its last
-/// `@`, or, when the query has a password parameter, at the last `@`
-/// before the query (see [`redact_url`]).
-fn user_part_end(rest: &str) -> Option<usize> {
-    match rest.split_once('?') {
-        Some((head, query)) if query.split(['&', '#']).any(is_password_param) => head.rfind('@'),
-        _ => rest.rfind('@'),
-    }
 }
 
 /// Whether `pair` (`key=value` of a query) gives a password: a `pass` or
@@ -167,6 +172,11 @@ mod tests {
             ("unix:///r.sock?pass=", "unix:///r.sock?pass="),
             // An `@` in a query's password, not percent-encoded.
             ("unix:///r.sock?pass=p@ss", "unix:///r.sock?pass=***"),
+            // A `?` in a user-part password, and a password in the query.
+            (
+                "redis://:ab?cd@host/?db=0&password=z",
+                "redis://:***@host/?db=0&password=***",
+            ),
             (
                 "UNIX:///r.sock?user=a@corp&PASSWORD=pw",
                 "UNIX:///r.sock?user=a@corp&PASSWORD=***",

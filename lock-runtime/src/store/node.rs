@@ -6,7 +6,7 @@
 use std::borrow::Cow;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use futures_util::future::BoxFuture;
 use redis::cluster_routing::{
@@ -54,9 +54,44 @@ pub(crate) struct Node {
     coalescer: Option<Arc<Coalescer>>,
     /// Whether its calls are answered (see [`Node::answering_again`]).
     answers: Arc<Answers>,
+    /// What its calls learnt of the servers.
+    learnt: Arc<Learnt>,
+}
+
+/// What a node's calls learnt of its servers, for the calls after them.
+#[derive(Default)]
+struct Learnt {
     /// The server refused the library's functions (see [`Form`]): its
     /// calls are EVALSHAs of the scripts from then on.
-    functions_refused: Arc<AtomicBool>,
+    functions_refused: AtomicBool,
+    /// Cluster nodes an ASK named that redis-rs had no connection to (a
+    /// master given no slot yet), and when: not asked again for
+    /// [`ASK_AGAIN_AFTER`], since each try makes redis-rs reconnect from
+    /// its seed nodes.
+    unreachable: std::sync::Mutex<Vec<(String, Instant)>>,
+}
+
+/// How long a node an ASK named is not asked again after redis-rs had no
+/// connection to it (see [`Learnt::unreachable`]).
+const ASK_AGAIN_AFTER: Duration = Duration::from_secs(30);
+
+impl Learnt {
+    fn unreachable(&self) -> std::sync::MutexGuard<'_, Vec<(String, Instant)>> {
+        // Only pushed to and pruned; a panic cannot leave it torn.
+        self.unreachable.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Whether `address` was found unreachable lately.
+    fn is_unreachable(&self, address: &str) -> bool {
+        let mut unreachable = self.unreachable();
+        unreachable.retain(|(_, at)| at.elapsed() < ASK_AGAIN_AFTER);
+        unreachable.iter().any(|(known, _)| known == address)
+    }
+
+    fn note_unreachable(&self, address: &str) {
+        self.unreachable()
+            .push((address.to_owned(), Instant::now()));
+    }
 }
 
 impl Node {
@@ -74,14 +109,14 @@ impl Node {
             sharded,
             coalescer: Some(Arc::default()),
             answers: Arc::default(),
-            functions_refused: Arc::default(),
+            learnt: Arc::default(),
         }
     }
 
     /// How its calls run their scripts: as the library's functions until
     /// the server refuses them.
     fn form(&self) -> Form {
-        if self.functions_refused.load(Ordering::Relaxed) {
+        if self.learnt.functions_refused.load(Ordering::Relaxed) {
             Form::Script
         } else {
             Form::Function
@@ -335,8 +370,8 @@ impl Node {
     ) -> Result<T, LockError> {
         let cmd = call.command(self.sharded, &self.quarantine, self.form());
         let runs = call.runs(self.sharded);
-        let refused = &self.functions_refused;
-        let invoke = || run_script(conn.clone(), &cmd, runs, &Sending::Alone, refused);
+        let learnt = &self.learnt;
+        let invoke = || run_script(conn.clone(), &cmd, runs, &Sending::Alone, learnt);
         self.noted(
             conn,
             within(
@@ -368,8 +403,8 @@ impl Node {
         let cmd = call.command(self.sharded, &self.quarantine, self.form());
         let runs = call.runs(self.sharded);
         let sending = Sending::ThenWait(replicas);
-        let (conn, refused) = (&self.replicated, &self.functions_refused);
-        let query = || run_script(conn.clone(), &cmd, runs, &sending, refused);
+        let (conn, learnt) = (&self.replicated, &self.learnt);
+        let query = || run_script(conn.clone(), &cmd, runs, &sending, learnt);
         self.noted(
             conn,
             within(
@@ -399,8 +434,8 @@ impl Transport for Node {
         let node = self.clone();
         Box::pin(async move {
             let conn = &node.conn;
-            let refused = &node.functions_refused;
-            let invoke = || run_script::<Value>(conn.clone(), &cmd, runs, &Sending::Alone, refused);
+            let learnt = &node.learnt;
+            let invoke = || run_script::<Value>(conn.clone(), &cmd, runs, &Sending::Alone, learnt);
             let reply = bounded(node.timeout, retried(conn.is_cluster(), idempotent, invoke)).await;
             if let Err(failure) = &reply {
                 node.note(conn, &failure.clone().error(None, node.timeout));
@@ -430,16 +465,36 @@ impl Sending {
     /// migrating longer than a lease (a large slot, a throttled or stopped
     /// reshard) lost its locks. (A call whose keys are split between the
     /// two nodes gets TRYAGAIN from either, which `retried` sends again.)
-    async fn send<T: FromRedisValue>(&self, conn: &mut Conn, cmd: &Cmd) -> redis::RedisResult<T> {
-        match self.send_to(conn, cmd, None).await {
-            Err(err)
-                if err.kind() == ErrorKind::Server(ServerErrorKind::Ask) && conn.is_cluster() =>
-            {
-                let Some(node) = asked_node(&err) else {
-                    return Err(err);
-                };
-                Box::pin(self.send_to(conn, cmd, Some(node))).await
+    ///
+    /// Not where it would cost more than it saves: to a node redis-rs has
+    /// no connection to (a master with no slot yet, which a reshard fills:
+    /// redis-rs then reconnects from its seed nodes, so that node is not
+    /// asked again for a while, see [`Learnt::unreachable`]), nor when the
+    /// node lacks the script or the library (loading them is routed by the
+    /// slot's owner, which is the migrating node). The call then fails with
+    /// the ASK, as it did before it was followed.
+    async fn send<T: FromRedisValue>(
+        &self,
+        conn: &mut Conn,
+        cmd: &Cmd,
+        learnt: &Learnt,
+    ) -> redis::RedisResult<T> {
+        let err = match self.send_to(conn, cmd, None).await {
+            Err(err) if err.kind() == ErrorKind::Server(ServerErrorKind::Ask) => err,
+            other => return other,
+        };
+        let Some((address, node)) = asked_node(&err).filter(|_| conn.is_cluster()) else {
+            return Err(err);
+        };
+        if learnt.is_unreachable(&address) {
+            return Err(err);
+        }
+        match Box::pin(self.send_to(conn, cmd, Some(node))).await {
+            Err(asked) if asked.kind() == ErrorKind::ClusterConnectionNotFound => {
+                learnt.note_unreachable(&address);
+                Err(err)
             }
+            Err(asked) if Recovery::of(&asked, cmd).is_some() => Err(err),
             other => other,
         }
     }
@@ -500,15 +555,19 @@ impl Sending {
 }
 
 /// The node an ASK redirect names (`host:port`; the port after the last
-/// colon, so that an IPv6 address keeps its own).
-fn asked_node(err: &RedisError) -> Option<SingleNodeRoutingInfo> {
+/// colon, so that an IPv6 address keeps its own), with its address.
+fn asked_node(err: &RedisError) -> Option<(String, SingleNodeRoutingInfo)> {
     let (address, _slot) = err.redirect_node()?;
     let (host, port) = address.rsplit_once(':')?;
     let host = host.trim_start_matches('[').trim_end_matches(']');
-    Some(SingleNodeRoutingInfo::ByAddress {
+    if host.is_empty() {
+        return None;
+    }
+    let node = SingleNodeRoutingInfo::ByAddress {
         host: host.to_owned(),
         port: port.parse().ok()?,
-    })
+    };
+    Some((address.to_owned(), node))
 }
 
 /// What `WAIT` answered after a script: how many replicas have its
@@ -639,14 +698,15 @@ async fn run_script<T: FromRedisValue>(
     cmd: &Cmd,
     runs: Runs,
     sending: &Sending,
-    refused: &AtomicBool,
+    learnt: &Learnt,
 ) -> redis::RedisResult<T> {
+    let refused = &learnt.functions_refused;
     let mut sent = Cow::Borrowed(cmd);
     let mut loaded = false;
     // At most: the library loaded, the function still missing, the script
     // loaded.
     for _ in 0..3 {
-        let err = match sending.send(&mut conn, &sent).await {
+        let err = match sending.send(&mut conn, &sent, learnt).await {
             Err(err) => err,
             done => return done,
         };
@@ -678,7 +738,7 @@ async fn run_script<T: FromRedisValue>(
             None => return Err(err),
         }
     }
-    sending.send(&mut conn, &sent).await
+    sending.send(&mut conn, &sent, learnt).await
 }
 
 /// How often a Cluster call refused without running is sent again.
