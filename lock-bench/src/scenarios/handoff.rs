@@ -34,9 +34,12 @@ pub struct Handoff {
 /// A holder and a waiter of each kind, on separate connections as in two processes.
 async fn contenders(url: &str) -> Result<Vec<(Waiter, Waiter)>, BenchError> {
     let mut pairs = Vec::new();
+    // Each its own client (named as the contention scenario's clients per
+    // task): the lock goes across by the published release.
+    let apart = |client: LockClient| Waiter::OursApart(std::sync::Arc::from([client]), false);
     pairs.push((
-        Waiter::Ours(LockClient::connect(url).await?),
-        Waiter::Ours(LockClient::connect(url).await?),
+        apart(LockClient::connect(url).await?),
+        apart(LockClient::connect(url).await?),
     ));
     for every in [Duration::from_millis(1), Duration::from_millis(10)] {
         pairs.push((

@@ -25,20 +25,9 @@ pub(crate) fn redact_url(url: &str) -> String {
         Some((scheme, rest)) => (Some(scheme), rest),
         None => (None, url),
     };
-    // The other reading of the same text (see above) first: its query
-    // passwords, longest first, wherever they show.
-    let query = rest.split_once('?').map_or("", |(_, query)| query);
-    let mut in_query: Vec<&str> = query
-        .split(['&', '#'])
-        .filter(|pair| is_password_param(pair))
-        .filter_map(|pair| pair.split_once('=').map(|(_, value)| value))
-        .collect();
-    in_query.sort_by_key(|value| std::cmp::Reverse(value.len()));
-    let mut hidden = Cow::Borrowed(rest);
-    for value in in_query {
-        hidden = Cow::Owned(hidden.replace(value, HIDDEN));
-    }
-    let rest = &*hidden;
+    // Both readings' passwords first (see above), each where it stands.
+    let masked = hide_ranges(rest, &password_ranges(rest));
+    let rest = &*masked;
     let mut out = String::with_capacity(url.len());
     if let Some(scheme) = scheme {
         out.push_str(scheme);
@@ -68,6 +57,56 @@ pub(crate) fn redact_url(url: &str) -> String {
         None => out.push_str(after_user),
     }
     out
+}
+
+/// Where `rest` (a URL after its `://`) has passwords, in either reading:
+/// the user part's, to the last `@`, and each `pass` or `password` value of
+/// the query read from the first `?` (byte ranges).
+fn password_ranges(rest: &str) -> Vec<std::ops::Range<usize>> {
+    let offset = |part: &str| part.as_ptr() as usize - rest.as_ptr() as usize;
+    let mut ranges = Vec::new();
+    if let Some(at) = rest.rfind('@')
+        && let Some(colon) = rest[..at].find(':')
+        && colon + 1 < at
+    {
+        ranges.push(colon + 1..at);
+    }
+    if let Some((_, query)) = rest.split_once('?') {
+        for pair in query
+            .split(['&', '#'])
+            .filter(|pair| is_password_param(pair))
+        {
+            if let Some((_, value)) = pair.split_once('=') {
+                let start = offset(value);
+                ranges.push(start..start + value.len());
+            }
+        }
+    }
+    ranges
+}
+
+/// `text` with each of `ranges` (merged where they overlap) replaced by
+/// `***`.
+fn hide_ranges<'a>(text: &'a str, ranges: &[std::ops::Range<usize>]) -> Cow<'a, str> {
+    if ranges.is_empty() {
+        return Cow::Borrowed(text);
+    }
+    let mut ranges = ranges.to_vec();
+    ranges.sort_by_key(|range| range.start);
+    let mut out = String::with_capacity(text.len());
+    let mut shown = 0;
+    for range in ranges {
+        if range.end <= shown {
+            continue;
+        }
+        out.push_str(&text[shown..range.start.max(shown)]);
+        if range.start >= shown {
+            out.push_str(HIDDEN);
+        }
+        shown = range.end;
+    }
+    out.push_str(&text[shown..]);
+    Cow::Owned(out)
 }
 
 /// Whether `pair` (`key=value` of a query) gives a password: a `pass` or
@@ -181,10 +220,15 @@ mod tests {
                 "UNIX:///r.sock?user=a@corp&PASSWORD=pw",
                 "UNIX:///r.sock?user=a@corp&PASSWORD=***",
             ),
+            // Read both ways, both hidden: here to the last `@`, the user
+            // part's password runs into the query's.
+            ("redis://:pw@host/?password=p@ss", "redis://:***"),
             (
-                "redis://:pw@host/?password=p@ss",
-                "redis://:***@host/?password=***",
+                "unix:///run/redis/redis.sock?pass=redis",
+                "unix:///run/redis/redis.sock?pass=***",
             ),
+            ("redis://u:p?pass=x@host", "redis://u:***"),
+            ("redis://u:pw@host?pass=w@h", "redis://u:***"),
             ("", ""),
         ];
         for (url, shown) in cases {

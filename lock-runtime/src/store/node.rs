@@ -470,9 +470,10 @@ impl Sending {
     /// no connection to (a master with no slot yet, which a reshard fills:
     /// redis-rs then reconnects from its seed nodes, so that node is not
     /// asked again for a while, see [`Learnt::unreachable`]), nor when the
-    /// node lacks the script or the library (loading them is routed by the
-    /// slot's owner, which is the migrating node). The call then fails with
-    /// the ASK, as it did before it was followed.
+    /// node lacks the library (`FUNCTION LOAD` is routed to the slot's
+    /// owner, the migrating node). The call then fails with the ASK, as it
+    /// did before it was followed. (A missing script is loaded on every
+    /// node, and the call sent again.)
     async fn send<T: FromRedisValue>(
         &self,
         conn: &mut Conn,
@@ -494,7 +495,16 @@ impl Sending {
                 learnt.note_unreachable(&address);
                 Err(err)
             }
-            Err(asked) if Recovery::of(&asked, cmd).is_some() => Err(err),
+            // A missing script is loaded on every node (`SCRIPT LOAD`), the
+            // asked one too: `run_script` loads it and sends the call again.
+            Err(asked)
+                if matches!(
+                    Recovery::of(&asked, cmd),
+                    Some(Recovery::LoadLibrary | Recovery::AsScript)
+                ) =>
+            {
+                Err(err)
+            }
             other => other,
         }
     }
