@@ -174,6 +174,30 @@ async fn bad_names_and_settings_are_config_errors() {
     }
 }
 
+/// A restart quarantine of `Duration::MAX` is taken as a year: on a server
+/// that just started, the first lock of a slot leaves a marker for the
+/// quarantine's length, which Redis takes in whole milliseconds (past 2^53
+/// ms, the script wrote it as a float, and Redis refused it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restart_quarantine_too_long_for_redis_is_taken_as_a_year() {
+    let server = RedisServer::start();
+    let locks = LockClient::builder(server.url())
+        .restart_quarantine(Duration::MAX)
+        .connect()
+        .await;
+    let locks = ok(&server, locks);
+    let name = unique_key("long-quarantine");
+    let guard = ok(
+        &server,
+        locks
+            .lock(name.as_str())
+            .wait(Duration::ZERO)
+            .acquire()
+            .await,
+    );
+    ok(&server, guard.release().await);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn timeouts_too_long_for_the_clock_mean_no_limit_not_a_panic() {
     // `Duration::MAX` for "no limit" overflows the clock, and the WAIT
