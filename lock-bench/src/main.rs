@@ -433,9 +433,11 @@ one. Redis's `INFO commandstats` also counts every call a script makes; those ar
 separately as \"Redis calls (incl. in scripts)\", and told apart by name (the commands marked \
 `*` are only ever called from inside scripts in this benchmark; `SET` is the hand-written lock's \
 own command, and runs only inside scripts for the runtime, whose client never sends one).\n\
-- **Waiting.** The runtime's waiters subscribe to the lock's release channel and sleep until \
-the release is published; its `fair_lock` also queues them in arrival order, so that a release \
-goes to the next in line. A release also hands the lock straight to a waiting task of its own \
+- **Waiting.** The runtime's waiters subscribe to the lock's release channel and get in the \
+lock's line, and sleep until a release names the first in line (only that waiter's client \
+wakes a waiter, who tries); a plain `lock` goes to whoever asks first while it is free (often \
+its last holder, asking again at once) until its first waiter was passed over 4 times in a \
+row, its `fair_lock` to the next in line only. A release also hands the lock straight to a waiting task of its own \
 client, in the release's own call (no wake-up, no acquire of the waiter's own): the contention \
 scenario measures both, with a client per task (as processes of their own) and with one client \
 shared by the tasks. The hand-written lock and rslock poll. rslock's `acquire` makes \

@@ -459,8 +459,8 @@ pub fn contention(c: &mut Contention, targets: &mut Vec<Target>) -> String {
          (1/16 = 6 % is perfectly fair): a task that releases and at once takes the lock again \
          while the others sleep makes many acquisitions per second and long waits. The \
          hand-written lock and rslock are each one client shared by the tasks. lock-runtime runs \
-         twice: with a client per task, as processes of their own would be, where every waiter \
-         is woken by the published release (the targets are judged on these rows); and with one \
+         twice: with a client per task, as processes of their own would be, where the waiter a \
+         release names is woken by its message (the targets are judged on these rows); and with one \
          client shared by the tasks, whose releases hand the lock straight to a waiting task of \
          that client in the release's own call.\n",
         contention::TASKS,

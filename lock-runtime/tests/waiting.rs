@@ -257,3 +257,67 @@ async fn a_late_grant_given_back_leaves_the_lock_taken_anew() {
     );
     ok(&server, guard.release().await);
 }
+
+/// Waiters in separate clients, as in separate processes: a release wakes
+/// the first in the lock's line, not a waiter in every client, each of
+/// which would try for the one lock (a thundering herd: with 16 processes
+/// contending, 17 script calls per acquisition).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_wakes_one_waiting_client_not_one_in_every_client() {
+    let (server, [holder, a, b, c, d, e]) = start_server_with_clients().await;
+    let name = unique_key("herd");
+    server.cli(&["CONFIG", "RESETSTAT"]);
+    let guard = ok(
+        &server,
+        holder
+            .lock(name.as_str())
+            .lease(Duration::from_secs(30))
+            .acquire()
+            .await,
+    );
+    let waiters: Vec<_> = [a, b, c, d, e]
+        .into_iter()
+        .map(|locks| spawn_waiter(locks, &name))
+        .collect();
+    // Each waiter tried, got in line, subscribed and tried again: asleep
+    // after the holder's call and two of each waiter.
+    common::until_in_line(&server, &name, "5", Duration::from_secs(10)).await;
+    let asleep: u64 = 1 + 2 * 5;
+    common::until(Duration::from_secs(10), "every waiter asleep", async || {
+        common::scripts_ran(&server) >= asleep
+    })
+    .await;
+
+    server.cli(&["CONFIG", "RESETSTAT"]);
+    ok(&server, guard.release().await);
+    let first = futures_util::future::select_all(waiters);
+    let (first, _, rest) =
+        within(&server, Duration::from_secs(10), "the first waiter", first).await;
+    let held = first.unwrap();
+    // Time for every client woken to try (they would within milliseconds).
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let ran = common::scripts_ran(&server);
+    // The release and the one woken; the others keep their places by trying
+    // every 1.5 s, which may fall in this window for one or two of them.
+    // Woken in every client, all five would have tried: six.
+    assert!(ran <= 4, "{ran} script calls for one release");
+    assert!(rest.iter().all(|w| !w.is_finished()));
+    drop(held);
+    for waiter in rest {
+        waiter.abort();
+    }
+}
+
+/// A task of its own taking `name` through `locks`, waiting up to 30 s.
+fn spawn_waiter(locks: LockClient, name: &str) -> tokio::task::JoinHandle<lock_runtime::LockGuard> {
+    let name = name.to_owned();
+    tokio::spawn(async move {
+        locks
+            .lock(name)
+            .lease(Duration::from_secs(30))
+            .wait(Duration::from_secs(30))
+            .acquire()
+            .await
+            .expect("acquire")
+    })
+}

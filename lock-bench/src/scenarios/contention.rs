@@ -23,7 +23,7 @@ pub enum Waiter {
     OursFair(LockClient),
     /// lock-runtime with a client per task, as processes of their own
     /// would have: no release hands the lock to a waiter of its client, so
-    /// every waiter is woken by the published release (`fair`: the fair
+    /// the waiter a release names is woken by its message (`fair`: the fair
     /// lock). Each task takes [`for_task`](Waiter::for_task)'s client.
     OursApart(Arc<[LockClient]>, bool),
     /// Hand-written: tries again after a fixed pause.
@@ -101,7 +101,7 @@ impl Waiter {
     pub fn name(&self) -> String {
         match self {
             Waiter::OursApart(_, false) => {
-                "lock-runtime `lock`, a client per task (pub/sub wake-up)".to_owned()
+                "lock-runtime `lock`, a client per task (first in line woken)".to_owned()
             }
             Waiter::OursApart(_, true) => {
                 "lock-runtime `fair_lock`, a client per task (FIFO queue)".to_owned()

@@ -92,7 +92,9 @@ pub struct Waiters {
     /// subscribes once however many of its tasks wait, so this counts
     /// waiting *clients*; a watching operator tool counts too.
     pub subscribers: u64,
-    /// The owner ids of fair waiters in line, first first.
+    /// The owner ids of waiters in line, first first: fair waiters, and
+    /// waiters for a plain lock that someone holds (its release wakes the
+    /// first of them, not a waiter in every client).
     pub queued: Vec<String>,
 }
 
@@ -637,7 +639,9 @@ fn merge(prefix: &str, name: &str, keys: &LockKeys, seen: Vec<Option<Seen>>) -> 
         LockKind::Semaphore
     } else if holders.iter().any(|h| h.mode == HoldMode::Read) {
         LockKind::ReadWrite
-    } else if fair || !queued.is_empty() {
+    } else if fair || (holders.is_empty() && !queued.is_empty()) {
+        // A plain lock's waiters get in line too, but only while it is
+        // held; fair waiters stay in line while it is free for a moment.
         LockKind::Fair
     } else {
         LockKind::Exclusive

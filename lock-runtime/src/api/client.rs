@@ -567,7 +567,11 @@ impl LockClient {
             let registry = registry.clone();
             Arc::new(move || registry.check_now())
         };
-        let (wakeups, pending) = Wakeups::new();
+        let id = Uuid::new_v4();
+        let owner_prefix = format!("{}/{id}", owner::this_process(config.name.as_deref()));
+        // Release messages name the owner id whose turn it is: this
+        // client's start with its prefix.
+        let (wakeups, pending) = Wakeups::new(format!("{owner_prefix}:"));
         let sharded = deployment.is_cluster();
         let connecting = async {
             let (connected, subscribers, needed) =
@@ -624,9 +628,7 @@ impl LockClient {
             backend.clone(),
             shutdown.clone(),
         ));
-        let id = Uuid::new_v4();
         tracing::debug!(client = %id, prefix = %config.prefix, "lock client connected");
-        let owner_prefix = format!("{}/{id}", owner::this_process(config.name.as_deref()));
         let shutdown_token = shutdown.clone();
         let client = LockClient {
             inner: Arc::new(Inner {

@@ -11,8 +11,11 @@
 //!   readers of a read-write lock, leased like semaphore permits, and
 //!   `lock:{order:42}:writer-waiting` and `lock:{order:42}:readers-waiting`,
 //!   set by writers and readers waiting for each other, so that they take turns;
-//! * `lock:{order:42}:queue` and `lock:{order:42}:queue:alive`: the fair
-//!   waiters in arrival order, and until when each counts as still waiting;
+//! * `lock:{order:42}:queue` and `lock:{order:42}:queue:alive`: the
+//!   waiters in line in arrival order (fair waiters, and waiters for a
+//!   plain lock that one holds), and until when each counts as still
+//!   waiting; `lock:{order:42}:queue:passed`: how often others took a plain
+//!   lock past its first waiter;
 //! * `lock:{order:42}:released`: the pub/sub channel its release is announced on;
 //! * `lock:{order:42}:gone:OWNER` and `lock:{order:42}:readers:gone:OWNER`,
 //!   for a while after an acquisition whose answer was lost was given back:
@@ -142,12 +145,15 @@ pub(crate) const READERS_WAITING: &str = ":readers-waiting";
 pub(crate) const QUEUE: &str = ":queue";
 /// The suffix of the fair waiters' liveness.
 pub(crate) const QUEUE_ALIVE: &str = ":queue:alive";
+/// The suffix of how often a plain lock's first waiter was passed over.
+pub(crate) const QUEUE_PASSED: &str = ":queue:passed";
 /// The suffix of a waiting writer's marker.
 pub(crate) const WRITER_WAITING: &str = ":writer-waiting";
 
 /// The suffixes [`LockKeys`] appends to the lock key for its companion keys
 /// (the channel aside), longest first where one ends another.
-pub(crate) const COMPANIONS: [&str; 7] = [
+pub(crate) const COMPANIONS: [&str; 8] = [
+    QUEUE_PASSED,
     READERS_HOLDERS,
     READERS_WAITING,
     WRITER_WAITING,
@@ -523,6 +529,7 @@ mod tests {
             keys.writer_waiting(),
             keys.queue(),
             keys.queue_alive(),
+            companion(&keys.lock, QUEUE_PASSED),
         ];
         let mut listed: Vec<String> = COMPANIONS
             .iter()

@@ -4,18 +4,24 @@
 //! release between its failed attempt and its sleep cannot be missed. Waiters
 //! on the same lock in one process share one subscription; a release message
 //! wakes one of them (in arrival order), not all, and a woken waiter that
-//! gives up passes the wake-up on (tokio's `Notify` does that).
+//! gives up passes the wake-up on (tokio's `Notify` does that). A message
+//! that names a waiter of another client (the first in the lock's line, see
+//! acquire.lua) wakes none of them: only that client's tries.
 //!
 //! Subscribe and unsubscribe commands go through one task, in the order the
 //! watch counts changed, so a late UNSUBSCRIBE can never cancel a newer
-//! SUBSCRIBE for the same channel. When the connection drops, that task
+//! SUBSCRIBE for the same channel. A channel nobody watches any more stays
+//! subscribed for [`LINGER`]: a client whose tasks wait for the same lock
+//! again and again (workers of one queue) subscribes once, not at every
+//! wait, and its waiters need not try again once subscribed (see
+//! [`Wakeups::is_subscribed`]). When the connection drops, that task
 //! subscribes again to every watched channel and then wakes every waiter,
 //! since a release may have been missed meanwhile.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use redis::cluster_async::ClusterConnection;
 use redis::{PushInfo, PushKind, Value};
@@ -27,6 +33,9 @@ use crate::base::keys;
 use crate::store::connection::{Following, Managed};
 #[cfg(feature = "memory")]
 use crate::store::memory::MemorySubscriber;
+
+/// A release message that names nobody: any waiter may take the lock.
+const ANYONE: &str = "released";
 
 /// What a subscriber calls when its connection drops.
 pub(crate) type OnDisconnect = Arc<dyn Fn() + Send + Sync>;
@@ -81,8 +90,12 @@ impl Channel {
 
     /// Wakes for a release message: the fair waiter it names, if that one
     /// waits here; otherwise one single-lock waiter (or all, after a
-    /// reconnect, fair ones included) and every multi-lock waiter.
-    fn wake(&self, payload: Option<&str>, all: bool) {
+    /// reconnect, fair ones included) and every multi-lock waiter. A
+    /// message that names a waiter of another client (`ours` says which
+    /// are this client's) wakes no single-lock waiter here: the release
+    /// chose that one to try (see acquire.lua), and waking one in every
+    /// client would have them all try for the one lock.
+    fn wake(&self, payload: Option<&str>, all: bool, ours: &str) {
         if let Some(named) = payload.and_then(|owner| self.named().get(owner).cloned()) {
             named.notify_one();
             return;
@@ -92,7 +105,12 @@ impl Channel {
             for named in self.named().values() {
                 named.notify_one();
             }
-        } else {
+        } else if self.in_turn.load(Ordering::Relaxed) > 0
+            && payload.is_none_or(|p| p == ANYONE || p.starts_with(ours))
+        {
+            // Only while someone is registered to wait in turn: a channel
+            // left subscribed after its last waiter (see `LINGER`) keeps no
+            // wake-up for the next, whose attempt comes after this release.
             self.notify.notify_one();
         }
         for listener in self.listeners().iter() {
@@ -101,34 +119,58 @@ impl Channel {
     }
 }
 
+/// A subscribed channel: how many waiters watch it, and since when nobody
+/// has (see [`LINGER`]).
+#[derive(Debug)]
+struct Watched {
+    count: usize,
+    channel: Arc<Channel>,
+    idle_since: Option<Instant>,
+}
+
 #[derive(Debug, Default)]
 struct Channels {
-    /// Watched channels and how many waiters watch each.
-    watched: Mutex<HashMap<String, (usize, Arc<Channel>)>>,
+    /// Subscribed channels.
+    watched: Mutex<HashMap<String, Watched>>,
+    /// What the owner ids of this client's waiters start with.
+    ours: String,
 }
 
 impl Channels {
-    fn watched(&self) -> std::sync::MutexGuard<'_, HashMap<String, (usize, Arc<Channel>)>> {
+    fn watched(&self) -> std::sync::MutexGuard<'_, HashMap<String, Watched>> {
         // Only counts and handles live here; a panic while locked cannot
         // leave them half-updated.
         self.watched.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     fn get(&self, name: &str) -> Option<Arc<Channel>> {
-        self.watched().get(name).map(|(_, channel)| channel.clone())
+        self.watched().get(name).map(|w| w.channel.clone())
     }
 
     fn all(&self) -> Vec<Arc<Channel>> {
-        self.watched()
-            .values()
-            .map(|(_, channel)| channel.clone())
-            .collect()
+        self.watched().values().map(|w| w.channel.clone()).collect()
+    }
+
+    /// Forgets the channels nobody watched for [`LINGER`], for the
+    /// subscriber task to unsubscribe from before it reads its next
+    /// command: a waiter that comes after subscribes anew, after that. Not
+    /// one whose SUBSCRIBE the task has still to send.
+    fn sweep(&self) -> Vec<String> {
+        let mut stale = Vec::new();
+        self.watched().retain(|name, w| {
+            let idle = w.idle_since.is_some_and(|idle| idle.elapsed() >= LINGER)
+                && *w.channel.ready.borrow() != Readiness::Pending;
+            if idle {
+                stale.push(name.clone());
+            }
+            !idle
+        });
+        stale
     }
 }
 
 enum Command {
     Subscribe(Arc<Channel>),
-    Unsubscribe(String),
     /// The connection to this store dropped: subscribe to everything again
     /// there, then wake all.
     Resubscribe(usize),
@@ -153,7 +195,6 @@ impl std::fmt::Debug for Command {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Command::Subscribe(channel) => write!(f, "Subscribe({})", channel.name),
-            Command::Unsubscribe(name) => write!(f, "Unsubscribe({name})"),
             Command::Resubscribe(node) => write!(f, "Resubscribe({node})"),
         }
     }
@@ -163,8 +204,13 @@ impl Wakeups {
     /// The message side of a client, before its connections exist: hand
     /// [`push_handler`](Self::push_handler)s to the subscriber connections,
     /// then [`start`](Self::start) the task that owns them.
-    pub(crate) fn new() -> (Wakeups, Pending) {
-        let channels = Arc::new(Channels::default());
+    ///
+    /// `ours` is what the owner ids of the client's waiters start with.
+    pub(crate) fn new(ours: String) -> (Wakeups, Pending) {
+        let channels = Arc::new(Channels {
+            ours,
+            ..Channels::default()
+        });
         let (commands, receiver) = mpsc::unbounded_channel();
         let wakeups = Wakeups {
             channels: channels.clone(),
@@ -263,11 +309,17 @@ impl Wakeups {
     fn live_channel(&self, lock: &str, counts: impl Fn(usize, &Channel) -> bool) -> bool {
         let watched = self.channels.watched();
         !watched.is_empty()
-            && watched
-                .get(keys::channel(lock).as_str())
-                .is_some_and(|(count, channel)| {
-                    counts(*count, channel) && *channel.ready.borrow() == Readiness::Subscribed
-                })
+            && watched.get(keys::channel(lock).as_str()).is_some_and(|w| {
+                counts(w.count, &w.channel) && *w.channel.ready.borrow() == Readiness::Subscribed
+            })
+    }
+
+    /// Whether release messages of `lock` arrive now: its channel is
+    /// subscribed (others wait for it, or did a moment ago). A waiter that
+    /// registers before its first attempt then needs no second one (see
+    /// `LockRequest::registers_early`).
+    pub(crate) fn is_subscribed(&self, lock: &str) -> bool {
+        self.live_channel(lock, |_, _| true)
     }
 
     /// Starts watching the release channels of one or more locks; the
@@ -278,9 +330,10 @@ impl Wakeups {
         let channels: Vec<Arc<Channel>> = names
             .into_iter()
             .map(|name| match watched.get_mut(name) {
-                Some((count, channel)) => {
-                    *count += 1;
-                    channel.clone()
+                Some(w) => {
+                    w.count += 1;
+                    w.idle_since = None;
+                    w.channel.clone()
                 }
                 None => {
                     let channel = Arc::new(Channel {
@@ -291,7 +344,12 @@ impl Wakeups {
                         named: Mutex::new(HashMap::new()),
                         ready: watch::Sender::new(Readiness::Pending),
                     });
-                    watched.insert(name.to_owned(), (1, channel.clone()));
+                    let w = Watched {
+                        count: 1,
+                        channel: channel.clone(),
+                        idle_since: None,
+                    };
+                    watched.insert(name.to_owned(), w);
                     // Sent while the map is locked: commands keep the map's order.
                     if self
                         .commands
@@ -333,7 +391,6 @@ impl Wakeups {
             own,
             acquired: AtomicBool::new(false),
             shared: self.channels.clone(),
-            commands: self.commands.clone(),
         }
     }
 }
@@ -348,7 +405,6 @@ pub(crate) struct Watch {
     /// its turn on.
     acquired: AtomicBool,
     shared: Arc<Channels>,
-    commands: mpsc::UnboundedSender<Command>,
 }
 
 impl Watch {
@@ -447,19 +503,18 @@ impl Drop for Watch {
         let gave_up = !self.acquired.load(Ordering::Relaxed);
         let mut watched = self.shared.watched();
         for channel in &self.channels {
-            if let Some((count, _)) = watched.get_mut(&channel.name) {
+            if let Some(w) = watched.get_mut(&channel.name) {
                 // A waiter that leaves without the lock may have been the one
                 // a release woke, or may hold up one queued behind it: let
                 // the next one look.
-                if gave_up && *count > 1 && matches!(self.wake, Wake::One) {
+                if gave_up && w.count > 1 && matches!(self.wake, Wake::One) {
                     channel.notify.notify_one();
                 }
-                *count -= 1;
-                if *count == 0 {
-                    watched.remove(&channel.name);
-                    let _ = self
-                        .commands
-                        .send(Command::Unsubscribe(channel.name.clone()));
+                w.count -= 1;
+                if w.count == 0 {
+                    // Unsubscribed by the subscriber task after `LINGER`,
+                    // unless a waiter comes first.
+                    w.idle_since = Some(Instant::now());
                 }
             }
         }
@@ -500,7 +555,7 @@ fn dispatch(
                     _ => None,
                 };
                 tracing::trace!(channel = %channel.name, ?payload, "release message");
-                channel.wake(payload, false);
+                channel.wake(payload, false, &channels.ours);
             }
         }
         PushKind::Disconnection => {
@@ -633,6 +688,15 @@ impl Stores {
         dropped
     }
 
+    /// Unsubscribes from `name` on every store whose subscriptions are up.
+    async fn unsubscribe(&mut self, name: &str) {
+        for (subscriber, live) in self.subscribers.iter_mut().zip(&self.live) {
+            if *live && let Err(err) = subscriber.unsubscribe(name).await {
+                tracing::debug!(error = %Chain(&err), channel = %name, "unsubscribe failed");
+            }
+        }
+    }
+
     fn enough(&self) -> bool {
         self.live.iter().filter(|live| **live).count() >= self.needed
     }
@@ -671,11 +735,24 @@ async fn subscriber(
     let mut check = tokio::time::interval(CHECK_EVERY);
     check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     check.reset();
+    let mut sweep = tokio::time::interval(LINGER / 2);
+    sweep.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    sweep.reset();
+    // When stores that lost their subscriptions are retried: set once per
+    // `delay`, so that the other arms (commands, checks, sweeps) running
+    // meanwhile do not put the retry off.
+    let mut retry_at: Option<tokio::time::Instant> = None;
     loop {
         connected.store(stores.enough(), Ordering::Relaxed);
         // Stores that lost their subscriptions are retried on a timer,
         // between commands, so one store that stays down holds up no other.
         let retry = stores.live.iter().any(|live| !live);
+        let retry_when = if retry {
+            *retry_at.get_or_insert_with(|| tokio::time::Instant::now() + delay)
+        } else {
+            retry_at = None;
+            tokio::time::Instant::now()
+        };
         tokio::select! {
             _ = shutdown.cancelled() => return,
             received = commands.recv_many(&mut batch, 256) => {
@@ -686,16 +763,24 @@ async fn subscriber(
             _ = check.tick() => {
                 if stores.check().await {
                     delay = RESUBSCRIBE_FIRST;
+                    retry_at = None;
                     after_loss(&mut stores, &channels).await;
                 }
                 continue;
             }
-            _ = tokio::time::sleep(delay), if retry => {
+            _ = sweep.tick() => {
+                for name in channels.sweep() {
+                    stores.unsubscribe(&name).await;
+                }
+                continue;
+            }
+            _ = tokio::time::sleep_until(retry_when), if retry => {
                 if resubscribe(&mut stores, &channels).await {
                     delay = RESUBSCRIBE_FIRST;
                 } else {
                     delay = (delay * 2).min(Duration::from_secs(1));
                 }
+                retry_at = None;
                 continue;
             }
         }
@@ -719,6 +804,7 @@ async fn subscriber(
                         // done, as after a dropped connection.
                         unless_enough(&stores, &channels);
                         delay = RESUBSCRIBE_FIRST;
+                        retry_at = None;
                     }
                     let readiness = if enough {
                         Readiness::Subscribed
@@ -729,18 +815,12 @@ async fn subscriber(
                         channel.ready.send_replace(readiness);
                     }
                 }
-                Command::Unsubscribe(name) => {
-                    for (subscriber, live) in stores.subscribers.iter_mut().zip(&stores.live) {
-                        if *live && let Err(err) = subscriber.unsubscribe(&name).await {
-                            tracing::debug!(error = %Chain(&err), channel = %name, "unsubscribe failed");
-                        }
-                    }
-                }
                 Command::Resubscribe(node) => {
                     if let Some(live) = stores.live.get_mut(node) {
                         *live = false;
                     }
                     delay = RESUBSCRIBE_FIRST;
+                    retry_at = None;
                     after_loss(&mut stores, &channels).await;
                 }
             }
@@ -765,6 +845,9 @@ async fn after_loss(stores: &mut Stores, channels: &Channels) {
     unless_enough(stores, channels);
     resubscribe(stores, channels).await;
 }
+
+/// How long a channel nobody watches any more stays subscribed.
+pub(crate) const LINGER: Duration = Duration::from_secs(2);
 
 /// How often the subscriber connections are asked to answer.
 pub(crate) const CHECK_EVERY: Duration = Duration::from_secs(5);
@@ -813,8 +896,52 @@ async fn resubscribe(stores: &mut Stores, channels: &Channels) -> bool {
     if back && stores.enough() {
         for channel in &all {
             channel.ready.send_replace(Readiness::Subscribed);
-            channel.wake(None, true);
+            channel.wake(None, true, "");
         }
     }
     stores.live.iter().all(|live| *live)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::pin::pin;
+
+    use futures_util::FutureExt;
+
+    use super::{Wake, Wakeups};
+
+    const CHANNEL: &str = "lock:{x}:released";
+
+    #[tokio::test]
+    async fn a_message_naming_a_waiter_of_another_client_wakes_none_here() {
+        let (wakeups, _pending) = Wakeups::new("app@host:1/ours:".to_owned());
+        let watch = wakeups.watch([CHANNEL], Wake::One);
+        let notifier = watch.notifier();
+        let mut woken = pin!(notifier.notify().notified());
+        woken.as_mut().enable();
+
+        // The release chose a waiter of another client to try.
+        wakeups.deliver(CHANNEL, "app@host:1/theirs:7");
+        assert!(woken.as_mut().now_or_never().is_none(), "woken for another");
+        // One of ours, or nobody in particular: one of ours tries.
+        wakeups.deliver(CHANNEL, "app@host:1/ours:3");
+        assert!(woken.as_mut().now_or_never().is_some(), "named ours");
+        let mut woken = pin!(notifier.notify().notified());
+        woken.as_mut().enable();
+        wakeups.deliver(CHANNEL, "released");
+        assert!(woken.as_mut().now_or_never().is_some(), "anyone");
+    }
+
+    #[tokio::test]
+    async fn a_channel_nobody_watches_keeps_no_wake_up_for_the_next() {
+        let (wakeups, _pending) = Wakeups::new("app@host:1/ours:".to_owned());
+        drop(wakeups.watch([CHANNEL], Wake::One));
+        // Still subscribed (see LINGER), with nobody to wake.
+        wakeups.deliver(CHANNEL, "released");
+        let watch = wakeups.watch([CHANNEL], Wake::One);
+        let notifier = watch.notifier();
+        let mut woken = pin!(notifier.notify().notified());
+        woken.as_mut().enable();
+        assert!(woken.as_mut().now_or_never().is_none());
+    }
 }

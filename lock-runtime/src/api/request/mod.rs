@@ -22,7 +22,7 @@ use crate::base::keys::{self, LockKeys};
 use crate::base::kind::Kind;
 use crate::base::telemetry::{self, Acquiring, Hold, Tracked};
 use crate::engine::backend::{Attempt, Times};
-use crate::engine::wakeups::{Wake, Watch};
+use crate::engine::wakeups::Watch;
 use crate::engine::watchdog::{Acquisition, DECLARE_EARLY};
 use crate::store::scripts::calls::Asking;
 use crate::store::scripts::{Acquired, Giving, Stored, Taken};
@@ -473,11 +473,11 @@ impl LockRequest {
             .then(|| Waiting::new(self, keys, &owner, Trace::Marks));
         let joining = self.joins_with_release(keys, scoped.is_some());
         let behind = joining || self.queues_behind(keys, scoped.is_some());
-        let early = self.registers_early(keys).then(|| {
+        let early = self.registers_early(keys, scoped.is_some()).then(|| {
             let channel = keys[0].channel();
             inner
                 .wakeups
-                .watch([channel.as_str()], Wake::Named(owner.clone()))
+                .watch([channel.as_str()], self.wake(keys, &owner))
         });
         Underway {
             keys,
@@ -513,6 +513,11 @@ impl LockRequest {
         match first {
             Ok(Outcome::Taken(guard)) => {
                 Waiting::taken(&mut a.marked);
+                // A waiter registered early got it: it wakes nobody else
+                // on its way out.
+                if let Some(early) = &a.early {
+                    early.acquired();
+                }
                 Some(Ok(guard))
             }
             Ok(Outcome::Busy { ttl, quarantined }) if self.wait.is_zero() => Some(Err(

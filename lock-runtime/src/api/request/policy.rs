@@ -58,16 +58,19 @@ impl LockRequest {
             && self.has_local_waiters(&keys[0])
     }
 
-    /// Whether a fair waiter registers for its turn before its first
-    /// attempt: for a lock whose channel this client already watches
-    /// (others wait for it here), a release that names it right after that
-    /// attempt put it in line still wakes it, so it need not try again at
-    /// once to find out, as a waiter that subscribes only then must.
-    pub(super) fn registers_early(&self, keys: &[LockKeys]) -> bool {
+    /// Whether a waiter for one exclusive or fair lock registers for its
+    /// turn before its first attempt: for a lock whose channel this client
+    /// has subscribed (others wait for it here, or did a moment ago), a
+    /// release right after that attempt put it in line still wakes it, so
+    /// it need not try again at once to find out, as a waiter that
+    /// subscribes only then must. Not a re-entry, which waits for a lock
+    /// its own critical section holds only when that was lost.
+    pub(super) fn registers_early(&self, keys: &[LockKeys], reentry: bool) -> bool {
         !self.wait.is_zero()
-            && self.waits_in_line()
+            && !reentry
+            && matches!(self.kind, Kind::Exclusive | Kind::Fair)
             && keys.len() == 1
-            && self.has_local_waiters(&keys[0])
+            && self.client.wakeups.is_subscribed(&keys[0].lock)
     }
 
     /// Which releases wake the waiter `owner`.

@@ -4,13 +4,22 @@
 -- a caller that waits for readers marks itself waiting, which holds back
 -- new readers until it is in.
 --
--- KEYS[1..n]       the lock hashes (owner, count, fence), n = #KEYS / 5
+-- KEYS[1..n]       the lock hashes (owner, count, fence), n = #KEYS / 8
 -- KEYS[n+1..2n]    the fencing counter of each lock's hash slot (see keys.rs)
 -- KEYS[2n+1..3n]   each lock's readers (sorted set scored by lease expiry)
 -- KEYS[3n+1..4n]   each lock's waiting-writer marker
 -- KEYS[4n+1..5n]   each lock's waiting-readers marker: a writer that finds it
 --                  (and no writer waiting for readers) lets the readers go
 --                  first, so that a writer in a loop cannot starve them
+-- KEYS[5n+1..6n]   each lock's line of waiters, KEYS[6n+1..7n] their
+--                  liveness and KEYS[7n+1..8n] how often its first waiter
+--                  was passed over (line.lua): a caller that waits for one
+--                  lock held by another gets in line, so that a release
+--                  names one waiter to wake instead of waking one in every
+--                  client. The line decides who is woken, not who takes
+--                  the lock: whoever asks first while it is free does,
+--                  unless its first waiter was passed over too often (see
+--                  PASSES in line.lua)
 -- ARGV[1]          owner id (client uuid : scope id)
 -- ARGV[2]          lease in milliseconds
 -- ARGV[3]          how long a waiting writer's mark lasts unless it tries
@@ -18,7 +27,8 @@
 --                  waits and finds a lock taken marks its hash ("w"), so
 --                  that its release is announced. The caller
 --                  takes it back when it stops waiting; a dead caller's
---                  mark lapses after this long.
+--                  mark lapses after this long, and so does its place in
+--                  line.
 -- ARGV[4]          how the caller asks for each lock, one character per
 --                  lock (see calls.rs, `Asking`): "0" takes it afresh; the
 --                  others re-enter what an enclosing critical section of
@@ -40,18 +50,19 @@
 -- the holders in the way (-1 when one of them has no expiry), and
 -- quarantined 1 when only the restart quarantine is in the way (pttl is
 -- then how long it lasts); a caller that
--- marked itself waiting is told to try again within half its mark's life,
--- so that the mark lasts as long as it waits.
-local n = #KEYS / 5
+-- marked itself waiting or got in line is told to try again within half
+-- its mark's life, so that the mark and the place last as long as it waits.
+local n = #KEYS / 8
 local q = quarantine_at(ARGV, 5)
 -- The common call, straight: one lock taken afresh that has none of its
--- keys (free, never had readers, no writer or readers waiting, its owner
--- id not retired). It makes the calls the loop below would make for it, without
+-- keys (free, never had readers, no writer or readers waiting, nobody in
+-- line, its owner id not retired). It makes the calls the loop below would make for it, without
 -- the loop's helpers and tables, which Redis pays on its one thread at
 -- every call. Any other call goes on below, told what EXISTS said.
 local first_untouched = nil
 if n == 1 and ARGV[4] == '0' then
-  first_untouched = redis.call('EXISTS', KEYS[1], KEYS[3], KEYS[4], KEYS[5], gone_key(KEYS[1], ARGV[1])) == 0
+  first_untouched = redis.call('EXISTS', KEYS[1], KEYS[3], KEYS[4], KEYS[5], KEYS[6],
+    gone_key(KEYS[1], ARGV[1])) == 0
   if first_untouched then
     local fence, closed = next_fence(KEYS[2], q)
     if not fence then
@@ -89,6 +100,9 @@ end
 -- First look at every lock and draw the tokens of the free ones, taking
 -- nothing yet: all or none.
 local owners, fences, marked = {}, {}, {}
+-- Whether the caller got in line (one lock, asked afresh: see KEYS), and
+-- the first waiter it takes the lock past, if it does.
+local in_line, passing = false, nil
 for i = 1, n do
   local readers, marker, readers_waiting = KEYS[2 * n + i], KEYS[3 * n + i], KEYS[4 * n + i]
   -- Most locks asked for are free and never had readers: one call tells
@@ -116,8 +130,10 @@ for i = 1, n do
       if no then
         return no
       end
-      -- The caller waits: its release must be announced (release.lua).
+      -- The caller waits: its release must be announced (release.lua),
+      -- and it names the first in line.
       redis.call('HSET', KEYS[i], 'w', 1)
+      in_line = n == 1 and how == '0'
     end
   elseif not owner then
     local no = not untouched and refused(gone, how)
@@ -141,6 +157,16 @@ for i = 1, n do
       end
       marked[i] = redis.call('GET', marker) == ARGV[1]
     end
+    if not longest and n == 1 and how == '0' and not untouched then
+      local first, passes, left = first_waiter(KEYS[6], KEYS[7], KEYS[8], ARGV[1])
+      if first and passes >= PASSES then
+        blocked_for(left)
+        in_line = tonumber(ARGV[3]) > 0
+      elseif first then
+        -- Taken past it, if nothing else is in the way.
+        passing = {first, passes + 1, left}
+      end
+    end
     if not longest then
       local fence, closed = next_fence(KEYS[n + i], q)
       if fence then
@@ -154,8 +180,12 @@ for i = 1, n do
 end
 if longest then
   local mark = tonumber(ARGV[3])
+  if in_line then
+    get_in_line(KEYS[6], KEYS[7], ARGV[1], mark)
+    line_lasts(KEYS[6], KEYS[7], mark)
+  end
   for i = 1, n do
-    if marked[i] and (longest < 0 or longest > mark / 2) then
+    if (marked[i] or in_line) and (longest < 0 or longest > mark / 2) then
       longest = math.floor(mark / 2)
     end
   end
@@ -185,6 +215,19 @@ for i = 1, n do
       redis.call('HSET', KEYS[i], 'owner', ARGV[1], 'count', 1, 'fence', fence)
     end
     redis.call('PEXPIRE', KEYS[i], ARGV[2])
+    if n == 1 and not first_untouched then
+      -- Its place in line, if it waited, is over; a line still there
+      -- must hear of its release (release.lua).
+      redis.call('ZREM', KEYS[6], ARGV[1])
+      redis.call('ZREM', KEYS[7], ARGV[1])
+      if not marked[i] and redis.call('EXISTS', KEYS[6]) == 1 then
+        redis.call('HSET', KEYS[i], 'w', 1)
+      end
+      if passing then
+        redis.call('HSET', KEYS[8], 'first', passing[1], 'n', passing[2])
+        redis.call('PEXPIRE', KEYS[8], passing[3])
+      end
+    end
   end
   result[2 * i] = fence
   result[2 * i + 1] = count

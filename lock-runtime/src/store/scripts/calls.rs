@@ -10,7 +10,8 @@ use super::{
     TURN_LEAVE, Taken,
 };
 use crate::base::keys::{
-    self, LockKeys, QUEUE, QUEUE_ALIVE, READERS, READERS_WAITING, RELEASED, WRITER_WAITING,
+    self, LockKeys, QUEUE, QUEUE_ALIVE, QUEUE_PASSED, READERS, READERS_WAITING, RELEASED,
+    WRITER_WAITING,
 };
 use crate::base::kind::Permits;
 
@@ -109,20 +110,28 @@ fn by_role(locks: &[LockKeys], roles: &[fn(&LockKeys) -> String]) -> Vec<String>
 
 /// `acquire.lua`: takes every lock in `locks` or none; a caller that has
 /// to wait for readers holds new readers back with a mark that lasts
-/// `mark` unless it tries again.
+/// `mark` unless it tries again, and one that waits for a single lock
+/// held by another gets in line for as long.
 pub(crate) fn acquire(locks: &[LockKeys], asker: Asker, lease: Duration, mark: Duration) -> Call {
     let bytes: usize = locks
         .iter()
-        .map(|l| 5 * l.lock.len() + l.fence.len() + 48)
+        .map(|l| 8 * l.lock.len() + l.fence.len() + 80)
         .sum();
-    let mut items = Items::with_capacity(5 * locks.len() + 4, bytes + 64);
+    let mut items = Items::with_capacity(8 * locks.len() + 4, bytes + 64);
     for lock in locks {
         items.key(&[&lock.lock]);
     }
     for lock in locks {
         items.key(&[&lock.fence]);
     }
-    for suffix in [READERS, WRITER_WAITING, READERS_WAITING] {
+    for suffix in [
+        READERS,
+        WRITER_WAITING,
+        READERS_WAITING,
+        QUEUE,
+        QUEUE_ALIVE,
+        QUEUE_PASSED,
+    ] {
         for lock in locks {
             items.key(&[&lock.lock, suffix]);
         }
@@ -403,14 +412,19 @@ pub(crate) fn fair_leave(lock: &LockKeys, owner: &str) -> Call {
 }
 
 /// `turn_leave.lua`: takes back the marks a writer or reader that stops
-/// waiting set to hold the other side back, and wakes the waiters they held
-/// back.
+/// waiting set to hold the other side back, and its place in line, and
+/// wakes the waiters they held back.
 pub(crate) fn turn_leave(locks: &[LockKeys], owner: &str) -> Call {
     let keys = by_role(
         locks,
-        &[LockKeys::writer_waiting, LockKeys::readers_waiting, |l| {
-            l.channel()
-        }],
+        &[
+            LockKeys::writer_waiting,
+            LockKeys::readers_waiting,
+            |l| l.channel(),
+            LockKeys::queue,
+            LockKeys::queue_alive,
+            |l| l.lock.clone(),
+        ],
     );
     Call::new(&TURN_LEAVE, keys, vec![owner.to_owned()]).idempotent(true)
 }

@@ -119,15 +119,16 @@ if held[1] == ARGV[1] and (ARGV[2] == '1' or held[2] == '1') and ARGV[3] == '0' 
     local fence = next_fence(KEYS[5], quarantine_at(ARGV, 7 + 3 * m))
     if fence then
       local owner, lease = offer(chosen)
-      -- The hash is written over: `fair` and a mark ("w") stay.
+      -- The hash is written over: `fair` and a mark ("w") stay. The new
+      -- holder's place in line, if it has one, is over.
       if held[3] then
         redis.call('HSET', KEYS[1], 'owner', owner, 'count', 1, 'fence', fence, 'from', ARGV[1])
-        redis.call('ZREM', KEYS[3], owner)
-        redis.call('ZREM', KEYS[4], owner)
       else
         redis.call('HSET', KEYS[1], 'owner', owner, 'count', 1, 'fence', fence, 'h', chain + 1,
           'from', ARGV[1])
       end
+      redis.call('ZREM', KEYS[3], owner)
+      redis.call('ZREM', KEYS[4], owner)
       redis.call('PEXPIRE', KEYS[1], lease)
       return {0, fence, chosen}
     end

@@ -39,6 +39,42 @@ local function next_in_line(queue, alive)
   end
 end
 
+-- How many times in a row a plain lock (see acquire.lua) may be taken past
+-- its first waiter in line: until then, whoever asks while the lock is
+-- free takes it (often its last holder asking again at once, which costs
+-- one call, where the waiter a release wakes needs the message and a call
+-- of its own); after that, only that waiter or another waiter of its
+-- client may, so that a waiter is not passed over for ever.
+local PASSES = 4
+
+-- The client part of an owner id (`NAME@HOST:PID/CLIENT:SCOPE` without
+-- `:SCOPE`), or nil for one of another form.
+local function client_of(owner)
+  return string.match(owner, '^(.+/.+):[^:]*$')
+end
+
+-- Whether `owner` may take a free plain lock past its line (`queue`,
+-- `alive`, and `passed`, which counts the passes): nil when the line is
+-- empty, its first waiter stopped counting, or is of `owner`'s client;
+-- otherwise that first waiter, how often it was passed over, and how long
+-- its place lasts (ms).
+local function first_waiter(queue, alive, passed, owner)
+  local first = redis.call('ZRANGE', queue, 0, 0)[1]
+  if not first or first == owner then
+    return nil
+  end
+  local mine = client_of(owner)
+  if mine and mine == client_of(first) then
+    return nil
+  end
+  local left = tonumber(redis.call('ZSCORE', alive, first) or '0') - now_ms()
+  if left <= 0 then
+    return nil
+  end
+  local seen = redis.call('HMGET', passed, 'first', 'n')
+  return first, seen[1] == first and tonumber(seen[2]) or 0, left
+end
+
 -- Retires `owner` from the lock or leased set `key` for `ms` (see gone_key
 -- in prelude.lua), and takes it out of the lock's line of fair waiters
 -- (`queue`, `alive`; nil for a set without one): a fair attempt whose

@@ -180,7 +180,8 @@ const KEEPS: &str = "{'allow-oom'}";
 /// Grants: refused by a server out of memory.
 const GRANTS: &str = "{}";
 
-static ACQUIRE: LazyLock<ScriptPair> = script!("acquire.lua" @ GRANTS, "fence.lua", "places.lua");
+static ACQUIRE: LazyLock<ScriptPair> =
+    script!("acquire.lua" @ GRANTS, "fence.lua", "places.lua", "line.lua");
 static RELEASE: LazyLock<ScriptPair> = script!("release.lua" @ KEEPS, "line.lua");
 static HANDOFF: LazyLock<ScriptPair> =
     script!("handoff.lua" @ KEEPS, "fence.lua", "line.lua"; "give_back" = "release.lua");
@@ -193,7 +194,7 @@ static FAIR_ACQUIRE: LazyLock<ScriptPair> =
     script!("fair_acquire.lua" @ GRANTS, "fence.lua", "line.lua");
 static FAIR_LEAVE: LazyLock<ScriptPair> = script!("fair_leave.lua" @ KEEPS, "line.lua");
 static FENCE_RAISE: LazyLock<ScriptPair> = script!("fence_raise.lua" @ GRANTS);
-static TURN_LEAVE: LazyLock<ScriptPair> = script!("turn_leave.lua" @ KEEPS);
+static TURN_LEAVE: LazyLock<ScriptPair> = script!("turn_leave.lua" @ KEEPS, "line.lua");
 static INSPECT: LazyLock<ScriptPair> = script!("inspect.lua" @ "{'no-writes'}");
 static FORCE_RELEASE: LazyLock<ScriptPair> = script!("force_release.lua" @ KEEPS, "line.lua");
 

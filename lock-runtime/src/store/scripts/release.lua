@@ -1,8 +1,10 @@
 -- Give back one level of one or more locks, atomically, and wake waiters
--- of each lock that becomes free: for a fair lock the first in line (the
--- message names it), otherwise any. A release is announced only when
--- someone waits: a fair lock, a lock whose hash a waiter marked ("w", see
--- acquire.lua), or when the caller says its own client has waiters.
+-- of each lock that becomes free: the first in line (the message names it:
+-- for a fair lock, the one whose turn it is; for a plain lock, one waiter
+-- instead of one in every client, see acquire.lua), otherwise any. A
+-- release is announced only when someone waits: a fair lock, a lock whose
+-- hash a waiter marked ("w", see acquire.lua), or when the caller says its
+-- own client has waiters (which are not all in line: then any).
 --
 -- KEYS[1..n]       the lock hashes, n = #KEYS / 4
 -- KEYS[n+1..2n]    their release channels
@@ -35,9 +37,10 @@
 local n = #KEYS / 4
 local ms = tonumber(ARGV[5] or '0')
 -- Tells the waiters of lock i (its hash's fields `held`) that its holder
--- let go: for a fair lock the first in line, otherwise any.
+-- let go: the first in line, or any when nobody is (or the caller's own
+-- waiters may not be).
 local function announce(i, held)
-  if held[3] then
+  if held[3] or (held[4] and ARGV[4] ~= '1') then
     redis.call(PUBLISH, KEYS[n + i], next_in_line(KEYS[2 * n + i], KEYS[3 * n + i]))
   elseif held[4] or ARGV[4] == '1' then
     redis.call(PUBLISH, KEYS[n + i], 'released')

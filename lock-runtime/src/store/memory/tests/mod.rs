@@ -32,6 +32,7 @@ mod commands;
 mod differential;
 mod fair;
 mod given_back;
+mod line;
 mod locks;
 mod places;
 mod pubsub;

@@ -26,7 +26,8 @@ async fn release_publishes_to_the_lock_channel() {
     release(&server, &lock, "a:1", false).await;
     assert!(inbox.messages().is_empty(), "nobody waited");
 
-    // A caller that will wait finds the lock taken and marks it.
+    // A caller that will wait finds the lock taken, marks it and gets in
+    // line: the release names it, so that only its client wakes a waiter.
     acquire(&server, &lock, "a:1", lease).await;
     acquire(&server, &lock, "a:1", lease).await;
     let busy = try_acquire(&server, &lock, "b:1", lease, lease, &Quarantine::none()).await;
@@ -36,7 +37,7 @@ async fn release_publishes_to_the_lock_channel() {
     release(&server, &lock, "a:1", false).await;
     assert_eq!(
         inbox.messages(),
-        [(PushKind::Message, lock.channel(), "released".to_owned())]
+        [(PushKind::Message, lock.channel(), "b:1".to_owned())]
     );
     assert_eq!(
         server.command(&["PUBSUB", "NUMSUB", &lock.channel()]),

@@ -1,0 +1,165 @@
+//! A plain lock's line (acquire.lua, line.lua): a waiter for a lock another
+//! holds gets in line, a release names the first in line (so that only its
+//! client wakes a waiter), whoever asks first while the lock is free takes
+//! it until the first waiter was passed over `PASSES` times in a row, and a
+//! waiter that gives up leaves the line, naming the next.
+
+use std::time::Duration;
+
+use redis::PushKind;
+
+use super::{Inbox, acquire, keys, release, run, try_acquire};
+use crate::base::keys::LockKeys;
+use crate::store::memory::MemoryServer;
+use crate::store::scripts::{Quarantine, calls};
+
+const LEASE: Duration = Duration::from_secs(30);
+
+/// `PASSES` in line.lua.
+const PASSES: usize = 4;
+
+/// An owner id of `client` in the runtime's form.
+fn owner(client: &str, scope: u32) -> String {
+    format!("test@host:1/{client}:{scope}")
+}
+
+/// One attempt of `owner`, which waits: `[1, fence, count]` when it takes
+/// the lock, `[0, ms, quarantined]` when it is told to wait that long.
+async fn attempt(server: &MemoryServer, lock: &LockKeys, owner: &str) -> Vec<i64> {
+    try_acquire(server, lock, owner, LEASE, LEASE, &Quarantine::none())
+        .await
+        .expect("acquire")
+}
+
+fn line(server: &MemoryServer, lock: &LockKeys) -> Vec<String> {
+    match server.command(&["ZRANGE", &lock.queue(), "0", "-1"]) {
+        redis::Value::Array(items) => items
+            .iter()
+            .map(|item| match item {
+                redis::Value::BulkString(bytes) => String::from_utf8_lossy(bytes).into_owned(),
+                other => panic!("not a member: {other:?}"),
+            })
+            .collect(),
+        other => panic!("not a list: {other:?}"),
+    }
+}
+
+/// The payload of the last message on the lock's channel.
+fn last_named(inbox: &Inbox) -> String {
+    let messages = inbox.messages();
+    let (kind, _, payload) = messages.last().expect("a message").clone();
+    assert_eq!(kind, PushKind::Message);
+    payload
+}
+
+#[tokio::test]
+async fn a_release_names_the_first_waiter_in_line() {
+    let server = MemoryServer::new();
+    let lock = keys("named");
+    let inbox = Inbox::default();
+    let subscriber = server.subscriber(inbox.sink());
+    subscriber.subscribe(&[&lock.channel()]).unwrap();
+    let (a, b, c) = (owner("a", 1), owner("b", 1), owner("c", 1));
+
+    acquire(&server, &lock, &a, LEASE).await;
+    assert_eq!(attempt(&server, &lock, &b).await[0], 0);
+    assert_eq!(attempt(&server, &lock, &c).await[0], 0);
+    // Trying again keeps a waiter's place.
+    assert_eq!(attempt(&server, &lock, &b).await[0], 0);
+    assert_eq!(line(&server, &lock), [b.as_str(), c.as_str()]);
+
+    release(&server, &lock, &a, false).await;
+    assert_eq!(inbox.messages().len(), 1);
+    assert_eq!(last_named(&inbox), b);
+
+    // The one named takes it: its place is over, and the lock's release
+    // names the next, who still waits.
+    assert_eq!(attempt(&server, &lock, &b).await[0], 1);
+    assert_eq!(line(&server, &lock), [c.as_str()]);
+    release(&server, &lock, &b, false).await;
+    assert_eq!(last_named(&inbox), c);
+    assert_eq!(attempt(&server, &lock, &c).await[0], 1);
+    assert!(line(&server, &lock).is_empty());
+    // Nobody waits: its release is not announced.
+    release(&server, &lock, &c, false).await;
+    assert_eq!(inbox.messages().len(), 2);
+}
+
+#[tokio::test]
+async fn a_waiter_passed_over_too_often_has_the_lock_kept_for_it() {
+    let server = MemoryServer::new();
+    let lock = keys("passed");
+    let waiter = owner("w", 1);
+    let mut scope = 0;
+    let mut other = || {
+        scope += 1;
+        owner("o", scope)
+    };
+
+    let first = other();
+    acquire(&server, &lock, &first, LEASE).await;
+    assert_eq!(attempt(&server, &lock, &waiter).await[0], 0);
+    release(&server, &lock, &first, false).await;
+    // Others asking while it is free take it past the waiter, up to PASSES
+    // times in a row.
+    for _ in 0..PASSES {
+        let next = other();
+        assert_eq!(attempt(&server, &lock, &next).await[0], 1, "taken past");
+        release(&server, &lock, &next, false).await;
+    }
+    let turned_away = other();
+    let refused = attempt(&server, &lock, &turned_away).await;
+    assert_eq!(refused[0], 0, "kept for the waiter");
+    assert!(refused[1] > 0 && refused[1] <= LEASE.as_millis() as i64);
+    // Not by a try-lock of another client either. Another waiter of the
+    // waiter's client may take it (a release naming the waiter wakes one of
+    // its client's waiters), and then the waiter itself.
+    let refused = try_acquire(
+        &server,
+        &lock,
+        &other(),
+        LEASE,
+        Duration::ZERO,
+        &Quarantine::none(),
+    )
+    .await
+    .expect("try");
+    assert_eq!(refused[0], 0);
+    let sibling = owner("w", 2);
+    assert_eq!(attempt(&server, &lock, &sibling).await[0], 1);
+    release(&server, &lock, &sibling, false).await;
+    assert_eq!(attempt(&server, &lock, &waiter).await[0], 1);
+    // The one turned away waits in line behind it.
+    assert_eq!(line(&server, &lock), [turned_away.as_str()]);
+    release(&server, &lock, &waiter, false).await;
+    assert_eq!(attempt(&server, &lock, &turned_away).await[0], 1);
+    assert!(line(&server, &lock).is_empty());
+}
+
+#[tokio::test]
+async fn a_waiter_that_gives_up_leaves_the_line_and_names_the_next() {
+    let server = MemoryServer::new();
+    let lock = keys("left");
+    let inbox = Inbox::default();
+    let subscriber = server.subscriber(inbox.sink());
+    subscriber.subscribe(&[&lock.channel()]).unwrap();
+    let (a, b, c) = (owner("a", 1), owner("b", 1), owner("c", 1));
+
+    acquire(&server, &lock, &a, LEASE).await;
+    assert_eq!(attempt(&server, &lock, &b).await[0], 0);
+    assert_eq!(attempt(&server, &lock, &c).await[0], 0);
+    // A waiter that leaves while the lock is held wakes nobody.
+    let leave = |who: &str| calls::turn_leave(std::slice::from_ref(&lock), who);
+    run::<i64>(&server, &leave(&c)).await.expect("leave");
+    assert!(inbox.messages().is_empty());
+    assert_eq!(line(&server, &lock), [b.as_str()]);
+    assert_eq!(attempt(&server, &lock, &c).await[0], 0);
+
+    // The release names b; b gives up instead of taking it: c is named.
+    release(&server, &lock, &a, false).await;
+    assert_eq!(last_named(&inbox), b);
+    run::<i64>(&server, &leave(&b)).await.expect("leave");
+    assert_eq!(last_named(&inbox), c);
+    assert_eq!(line(&server, &lock), [c.as_str()]);
+    assert_eq!(attempt(&server, &lock, &c).await[0], 1);
+}
