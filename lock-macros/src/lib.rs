@@ -185,8 +185,8 @@ use quote::quote;
 /// wakes only the next waiter in line; a waiter that gives up (its `wait`
 /// is over, or its future is dropped) leaves the line at once, and one
 /// that dies leaves it within a few seconds. Use one kind of lock per
-/// name: a fair lock and a plain lock on the same name do not share the
-/// line. `fair = false` is the default.
+/// name: a plain lock's waiters on the same name share the line, and take
+/// the lock out of its order. `fair = false` is the default.
 ///
 /// ```
 /// # use lock_runtime::{distributed_lock, LockError};

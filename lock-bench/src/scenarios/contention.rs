@@ -133,23 +133,9 @@ impl Waiter {
     /// Takes the lock `name`, waiting as long as it takes.
     pub async fn acquire(&self, name: &str) -> Result<Holding, BenchError> {
         Ok(match self {
-            Waiter::OursApart(..) => return self.for_task(0).acquire_boxed(name).await,
-            Waiter::Ours(locks) => Holding::Ours(
-                locks
-                    .lock(name)
-                    .lease(LEASE)
-                    .wait(Duration::from_secs(120))
-                    .acquire()
-                    .await?,
-            ),
-            Waiter::OursFair(locks) => Holding::Ours(
-                locks
-                    .fair_lock(name)
-                    .lease(LEASE)
-                    .wait(Duration::from_secs(120))
-                    .acquire()
-                    .await?,
-            ),
+            Waiter::Ours(..) | Waiter::OursFair(..) | Waiter::OursApart(..) => {
+                Holding::Ours(self.ours(name, Duration::from_secs(120)).acquire().await?)
+            }
             Waiter::HandPoll(hand, every) => {
                 Holding::Hand(hand.lock_polling(name, LEASE, *every).await?)
             }
@@ -164,25 +150,9 @@ impl Waiter {
     /// Takes the lock `name` if it is free, without waiting.
     pub async fn try_acquire(&self, name: &str) -> Result<Holding, BenchError> {
         Ok(match self {
-            Waiter::OursApart(..) => {
-                return Box::pin(self.for_task(0).try_acquire(name)).await;
+            Waiter::Ours(..) | Waiter::OursFair(..) | Waiter::OursApart(..) => {
+                Holding::Ours(self.ours(name, Duration::ZERO).acquire().await?)
             }
-            Waiter::Ours(locks) => Holding::Ours(
-                locks
-                    .lock(name)
-                    .lease(LEASE)
-                    .wait(Duration::ZERO)
-                    .acquire()
-                    .await?,
-            ),
-            Waiter::OursFair(locks) => Holding::Ours(
-                locks
-                    .fair_lock(name)
-                    .lease(LEASE)
-                    .wait(Duration::ZERO)
-                    .acquire()
-                    .await?,
-            ),
             Waiter::HandPoll(hand, _) => Holding::Hand(
                 hand.try_lock(name, LEASE)
                     .await?
@@ -223,13 +193,26 @@ impl Waiter {
 }
 
 impl Waiter {
-    /// [`acquire`](Waiter::acquire), boxed: it calls itself.
-    fn acquire_boxed<'a>(
-        &'a self,
-        name: &'a str,
-    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<Holding, BenchError>> + Send + 'a>>
-    {
-        Box::pin(self.acquire(name))
+    /// lock-runtime's request for `name`, waiting up to `wait` (through the
+    /// first client of [`Waiter::OursApart`]: a round gives each task its
+    /// own, see [`for_task`](Waiter::for_task)).
+    ///
+    /// # Panics
+    ///
+    /// For a contender other than lock-runtime.
+    fn ours(&self, name: &str, wait: Duration) -> lock_runtime::LockRequest {
+        let (locks, fair) = match self {
+            Waiter::Ours(locks) => (locks, false),
+            Waiter::OursFair(locks) => (locks, true),
+            Waiter::OursApart(clients, fair) => (&clients[0], *fair),
+            _ => unreachable!("not lock-runtime"),
+        };
+        let request = if fair {
+            locks.fair_lock(name)
+        } else {
+            locks.lock(name)
+        };
+        request.lease(LEASE).wait(wait)
     }
 }
 

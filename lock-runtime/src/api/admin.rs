@@ -641,7 +641,8 @@ fn merge(prefix: &str, name: &str, keys: &LockKeys, seen: Vec<Option<Seen>>) -> 
         LockKind::ReadWrite
     } else if fair || (holders.is_empty() && !queued.is_empty()) {
         // A plain lock's waiters get in line too, but only while it is
-        // held; fair waiters stay in line while it is free for a moment.
+        // held (or kept for its first waiter, a moment); fair waiters stay
+        // in line while it is free for a moment.
         LockKind::Fair
     } else {
         LockKind::Exclusive

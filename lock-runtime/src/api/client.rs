@@ -799,8 +799,9 @@ impl LockClient {
     /// behind it go on. A waiter's arrival is when it gets in line: with
     /// its first attempt or, when tasks of this client already wait, with
     /// the next release of this client that takes its offer within about 2
-    /// ms (else with its own attempt then). Use one kind
-    /// of lock per name: a plain `lock` on the same name does not queue.
+    /// ms (else with its own attempt then). Use one kind of lock per name:
+    /// a plain `lock`'s waiters on the same name share the line, and take
+    /// the lock out of its order.
     ///
     /// ```no_run
     /// # async fn run(locks: lock_runtime::LockClient) -> Result<(), lock_runtime::LockError> {

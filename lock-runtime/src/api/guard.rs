@@ -569,31 +569,25 @@ fn give_back_later(
     // side again meanwhile (asking for the other side, which no retirement
     // refuses): a give-back sent late could free that. The lock is then
     // left to its lease, as before.
-    let holds_a_side = held.iter().any(|held| {
-        [Stored::Hash, Stored::for_kind(Kind::Read, &held.keys)]
-            .iter()
-            .any(|stored| {
-                inner
-                    .registry
-                    .renewed(&held.keys, stored, &held.owner)
-                    .is_some()
-            })
-    });
-    if holds_a_side {
+    if held.iter().any(|held| holds_either_side(inner, held)) {
         return;
     }
     let keys = keys_of(held).into_owned();
     let label = label(held).into_owned();
     tracing::debug!(key = %label, error = %Chain(err), "release failed; sending it again in the background");
-    let (stored, owner) = (held[0].stored.clone(), held[0].owner.clone());
-    let again_after = inner.config.command_timeout;
-    match other_side {
-        Some(then) => {
-            let first = (stored, keep_until);
-            inner.retire_in_turn(label, keys, owner, first, then, again_after);
-        }
-        None => inner.retire_later(label, keys, (stored, vec![owner]), keep_until, again_after),
-    }
+    // This side first: the call that may have taken the other side needs
+    // this one held (see `give_back_other_side`).
+    let mut sides = vec![(held[0].stored.clone(), keep_until)];
+    sides.extend(other_side.map(|other| (other, None)));
+    let owners = vec![held[0].owner.clone()];
+    inner.retire_later(label, keys, sides, owners, resend_after(inner));
+}
+
+/// The first pause before a give-back of a guard's locks that got no
+/// answer is sent again: the time a call of the client may take before it
+/// counts as unanswered (a release does not wait for replicas).
+fn resend_after(client: &Inner) -> Duration {
+    client.config.command_timeout
 }
 
 /// The other side of the read-write lock of `held` (a last guard's lock)
@@ -613,9 +607,16 @@ fn unsettled_other_side(client: &Arc<Inner>, held: &[Arc<Held>]) -> Option<Store
         return None;
     }
     let other = Stored::other_side(held.tracked.kind(), &held.keys)?;
+    (!holds_either_side(client, held)).then_some(other)
+}
+
+/// Whether a guard of this client holds `held`'s lock under its owner id:
+/// its side, or the other side of a read-write lock.
+fn holds_either_side(client: &Inner, held: &Held) -> bool {
     let registry = &client.registry;
     let holds = |stored: &Stored| registry.renewed(&held.keys, stored, &held.owner).is_some();
-    (!holds(&other) && !holds(&held.stored)).then_some(other)
+    holds(&held.stored)
+        || Stored::other_side(held.tracked.kind(), &held.keys).is_some_and(|other| holds(&other))
 }
 
 /// Gives back `other_side` (see [`unsettled_other_side`]) of `held`'s
@@ -628,10 +629,16 @@ fn give_back_other_side(client: &Arc<Inner>, held: &[Arc<Held>], other_side: Opt
         return;
     };
     tracing::debug!(key = %held.name, "giving back the other side an unanswered upgrade or downgrade may have taken");
-    let again_after = client.config.call_timeout(None);
     let locks = vec![held.keys.clone()];
-    let owner = (other, vec![held.owner.clone()]);
-    client.retire_later(held.name.clone(), locks, owner, None, again_after);
+    let owners = vec![held.owner.clone()];
+    let sides = vec![(other, None)];
+    client.retire_later(
+        held.name.clone(),
+        locks,
+        sides,
+        owners,
+        resend_after(client),
+    );
 }
 
 /// Records how a hold of `held` ended.
@@ -796,14 +803,8 @@ async fn hand_on(
     if !gone.is_empty() {
         tracing::debug!(key = %label, "the waiter a lock may have been handed to is gone; giving it back");
         let locks = vec![lock.clone()];
-        let again_after = inner.config.command_timeout;
-        inner.retire_later(
-            label.to_owned(),
-            locks,
-            (Stored::Hash, gone),
-            None,
-            again_after,
-        );
+        let sides = vec![(Stored::Hash, None)];
+        inner.retire_later(label.to_owned(), locks, sides, gone, resend_after(&inner));
     }
     // Sent again and found neither held by this releaser nor handed on by
     // it: the first call may have let it go to nobody, or the lock was lost

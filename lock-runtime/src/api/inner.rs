@@ -112,17 +112,24 @@ impl Inner {
     }
 
     /// Gives back in the background, and retires, what each of `owners`
-    /// may hold of `locks`, stored as `stored` (see [`Backend::retire`]):
-    /// sent again, first after `again_after`, until Redis answers or the
-    /// client stops; a lock asked to stay taken until `keep_until` stays
-    /// until then. Outside a runtime nothing is sent, and the locks lapse
-    /// after their lease.
+    /// may hold of `locks`, side by side in the order of `sides`: each
+    /// stored as it says (see [`Backend::retire`]), and kept taken until its
+    /// time if it has one. Each give-back is sent again, first after
+    /// `again_after`, until Redis answers or the client stops; the next
+    /// side's goes once it is answered (or given up). Two sides are the
+    /// two of a read-write lock: an upgrade or downgrade made from the
+    /// first, whose answer was lost, may have taken the second, which it
+    /// can only have done while the first was held (see `guard.rs`,
+    /// `give_back_other_side`). Outside a runtime nothing is sent, and the
+    /// locks lapse after their lease.
+    ///
+    /// [`Backend::retire`]: crate::engine::backend::Backend::retire
     pub(crate) fn retire_later(
         &self,
         label: String,
         locks: Vec<LockKeys>,
-        (stored, owners): (Stored, Vec<Arc<str>>),
-        keep_until: Option<Instant>,
+        sides: Vec<(Stored, Option<Instant>)>,
+        owners: Vec<Arc<str>>,
         again_after: Duration,
     ) {
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
@@ -130,55 +137,19 @@ impl Inner {
         };
         let (backend, stopped) = (self.backend.clone(), self.stopped());
         runtime.spawn(async move {
-            let held = (&stored, &owners[..]);
-            retire(
-                &backend,
-                &label,
-                &locks,
-                held,
-                keep_until,
-                again_after,
-                &stopped,
-            )
-            .await;
-        });
-    }
-
-    /// As [`retire_later`](Self::retire_later) for `owner`'s hold of
-    /// `locks` stored as `first` (kept taken until `keep_until`), then,
-    /// once Redis answered that give-back (or it was given up), for its
-    /// hold stored as `then`: the other side of a read-write lock, which an
-    /// upgrade or downgrade made from the first may have taken (see
-    /// `guard.rs`, `give_back_other_side`).
-    pub(crate) fn retire_in_turn(
-        &self,
-        label: String,
-        locks: Vec<LockKeys>,
-        owner: Arc<str>,
-        (first, keep_until): (Stored, Option<Instant>),
-        then: Stored,
-        again_after: Duration,
-    ) {
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            return;
-        };
-        let (backend, stopped) = (self.backend.clone(), self.stopped());
-        runtime.spawn(async move {
-            let owners = [owner];
-            let (label, locks) = (&label[..], &locks[..]);
-            let held = (&first, &owners[..]);
-            retire(
-                &backend,
-                label,
-                locks,
-                held,
-                keep_until,
-                again_after,
-                &stopped,
-            )
-            .await;
-            let held = (&then, &owners[..]);
-            retire(&backend, label, locks, held, None, again_after, &stopped).await;
+            for (stored, keep_until) in &sides {
+                let held = (stored, &owners[..]);
+                retire(
+                    &backend,
+                    &label,
+                    &locks,
+                    held,
+                    *keep_until,
+                    again_after,
+                    &stopped,
+                )
+                .await;
+            }
         });
     }
 

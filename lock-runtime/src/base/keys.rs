@@ -141,9 +141,9 @@ pub(crate) const READERS: &str = ":readers";
 pub(crate) const READERS_HOLDERS: &str = ":readers:holders";
 /// The suffix of the waiting readers' marker.
 pub(crate) const READERS_WAITING: &str = ":readers-waiting";
-/// The suffix of the fair waiters' line (see [`LockKeys::queue`]).
+/// The suffix of the waiters' line (see [`LockKeys::queue`]).
 pub(crate) const QUEUE: &str = ":queue";
-/// The suffix of the fair waiters' liveness.
+/// The suffix of the waiters' liveness.
 pub(crate) const QUEUE_ALIVE: &str = ":queue:alive";
 /// The suffix of how often a plain lock's first waiter was passed over.
 pub(crate) const QUEUE_PASSED: &str = ":queue:passed";
@@ -185,12 +185,13 @@ impl LockKeys {
         companion(&self.lock, READERS_WAITING)
     }
 
-    /// The fair waiters in line, scored by arrival.
+    /// The waiters in line (fair ones, and a plain lock's while it is
+    /// held), scored by arrival.
     pub(crate) fn queue(&self) -> String {
         queue(&self.lock)
     }
 
-    /// The fair waiters' liveness, scored by when each stops counting.
+    /// The waiters' liveness, scored by when each stops counting.
     pub(crate) fn queue_alive(&self) -> String {
         queue_alive(&self.lock)
     }
@@ -212,12 +213,12 @@ pub(crate) fn channel(lock: &str) -> String {
     companion(lock, RELEASED)
 }
 
-/// The fair waiters in line of the lock whose key is `lock`.
+/// The waiters in line of the lock whose key is `lock`.
 pub(crate) fn queue(lock: &str) -> String {
     companion(lock, QUEUE)
 }
 
-/// The fair waiters' liveness of the lock whose key is `lock`.
+/// The waiters' liveness of the lock whose key is `lock`.
 pub(crate) fn queue_alive(lock: &str) -> String {
     companion(lock, QUEUE_ALIVE)
 }

@@ -144,14 +144,16 @@ impl Attempt<'_> {
     /// The acquire call for `locks` (all of the attempt's, or one Cluster
     /// slot's), and the call that gives back what it granted, announcing
     /// it when `announce` (see [`Giving::announce`] and [`Backend::release`]).
-    fn calls(&self, locks: &[LockKeys], announce: bool) -> Acquire {
+    /// With `line`, an exclusive lock's line applies (see `acquire.lua`):
+    /// for one lock asked for alone, on one store.
+    fn calls(&self, locks: &[LockKeys], announce: bool, line: bool) -> Acquire {
         let (owner, lease, mark) = (self.owner, self.times.lease, self.times.mark);
         let asker = Asker {
             owner,
             asking: self.asking,
         };
         let take = match self.kind {
-            Kind::Exclusive => calls::acquire(locks, asker, lease, mark),
+            Kind::Exclusive => calls::acquire(locks, asker, lease, mark, line),
             Kind::Permits(permits) => calls::permit_acquire(&locks[0], asker, lease, permits),
             Kind::Read => calls::read_acquire(&locks[0], asker, lease, mark),
             Kind::Fair => {
@@ -273,8 +275,8 @@ impl Backend {
                 acquire_by_slot(node, attempt).await
             }
             Topology::Single(node) | Topology::Cluster(node) => {
-                node.acquire(attempt.name, &attempt.calls(locks, false), attempt.replicas)
-                    .await
+                let call = attempt.calls(locks, false, locks.len() == 1);
+                node.acquire(attempt.name, &call, attempt.replicas).await
             }
             Topology::Quorum(nodes) => on_quorum(nodes, attempt).await,
         }
@@ -749,7 +751,7 @@ async fn acquire_by_slot(node: &Node, attempt: &Attempt<'_>) -> Result<Acquired,
             asking: &asking,
             ..*attempt
         };
-        let call = group_attempt.calls(&group_locks, false);
+        let call = group_attempt.calls(&group_locks, false, false);
         let outcome = node.acquire(attempt.name, &call, attempt.replicas).await;
         match outcome {
             Ok(Acquired::Held(held)) => {
@@ -796,7 +798,9 @@ async fn acquire_by_slot(node: &Node, attempt: &Attempt<'_>) -> Result<Acquired,
 async fn on_quorum(nodes: &[Node], attempt: &Attempt<'_>) -> Result<Acquired, LockError> {
     let (name, times) = (attempt.name, attempt.times);
     let needed = needed(nodes.len(), attempt.stored().holders_at_once());
-    let call = attempt.calls(attempt.locks, true);
+    // Not in line on Redlock: each master would keep a line of its own,
+    // and could keep the lock for a waiter the others do not.
+    let call = attempt.calls(attempt.locks, true, false);
     let grants = Grants {
         nodes,
         name,

@@ -8,9 +8,10 @@
 //! that names a waiter of another client (the first in the lock's line, see
 //! acquire.lua) wakes none of them: only that client's tries.
 //!
-//! Subscribe and unsubscribe commands go through one task, in the order the
-//! watch counts changed, so a late UNSUBSCRIBE can never cancel a newer
-//! SUBSCRIBE for the same channel. A channel nobody watches any more stays
+//! Subscriptions are made by one task, in the order the watch counts
+//! changed, and that task unsubscribes from a channel only once it is out
+//! of the map, before the SUBSCRIBE of any watch that came after: a late
+//! UNSUBSCRIBE can never cancel a newer SUBSCRIBE. A channel nobody watches any more stays
 //! subscribed for [`LINGER`]: a client whose tasks wait for the same lock
 //! again and again (workers of one queue) subscribes once, not at every
 //! wait, and its waiters need not try again once subscribed (see
@@ -64,12 +65,18 @@ struct Channel {
     /// Fair waiters by owner id: a release that names one wakes only it.
     named: Mutex<HashMap<Arc<str>, Arc<Notify>>>,
     ready: watch::Sender<Readiness>,
+    /// How many times every waiter was woken at once (after the
+    /// subscriptions came back: releases may have been missed). Such a
+    /// wake-up leaves nothing for a waiter registered but not asleep yet,
+    /// which learns of it from this count (see [`Watch::undisturbed`]).
+    woken_all: AtomicUsize,
 }
 
 /// Which releases wake a waiter.
 #[derive(Debug, Clone)]
 pub(crate) enum Wake {
-    /// One waiter per release, in arrival order.
+    /// One waiter per release, in arrival order: for a release that names
+    /// nobody or a waiter of this client (see [`Channel::wake`]).
     One,
     /// Every release wakes this waiter.
     Every,
@@ -101,6 +108,7 @@ impl Channel {
             return;
         }
         if all {
+            self.woken_all.fetch_add(1, Ordering::Relaxed);
             self.notify.notify_waiters();
             for named in self.named().values() {
                 named.notify_one();
@@ -295,9 +303,10 @@ impl Wakeups {
 
     /// Whether tasks of this process wait for the lock whose key is `lock`
     /// alone and in turn (a release wakes one of them: see [`Wake::One`]),
-    /// with release messages arriving. Waiters for several locks, readers
-    /// and fair waiters do not count: each tries when any release comes,
-    /// and none may be about to take the lock.
+    /// with release messages arriving: asleep, or making the first attempt
+    /// they registered for (see `LockRequest::registers_early`). Waiters
+    /// for several locks, readers and fair waiters do not count: each
+    /// tries when any release comes.
     pub(crate) fn has_live_waiters_in_turn(&self, lock: &str) -> bool {
         self.live_channel(lock, |_, channel| {
             channel.in_turn.load(Ordering::Relaxed) > 0
@@ -323,16 +332,28 @@ impl Wakeups {
     }
 
     /// Starts watching the release channels of one or more locks; the
-    /// subscriptions live as long as the watch, and `wake` says which
-    /// releases wake this waiter.
+    /// subscriptions live as long as the watch (and [`LINGER`] after the
+    /// last), and `wake` says which releases wake this waiter.
     pub(crate) fn watch<'a>(&self, names: impl IntoIterator<Item = &'a str>, wake: Wake) -> Watch {
         let mut watched = self.channels.watched();
+        // Whether every channel was subscribed already, with how many
+        // times each had woken every waiter (see `Watch::undisturbed`).
+        let mut joined = Some(Vec::new());
         let channels: Vec<Arc<Channel>> = names
             .into_iter()
             .map(|name| match watched.get_mut(name) {
                 Some(w) => {
                     w.count += 1;
                     w.idle_since = None;
+                    let subscribed = *w.channel.ready.borrow() == Readiness::Subscribed;
+                    let woken_all = w.channel.woken_all.load(Ordering::Relaxed);
+                    joined = joined
+                        .take()
+                        .filter(|_| subscribed)
+                        .map(|mut joined: Vec<usize>| {
+                            joined.push(woken_all);
+                            joined
+                        });
                     w.channel.clone()
                 }
                 None => {
@@ -343,6 +364,7 @@ impl Wakeups {
                         listeners: Mutex::new(Vec::new()),
                         named: Mutex::new(HashMap::new()),
                         ready: watch::Sender::new(Readiness::Pending),
+                        woken_all: AtomicUsize::new(0),
                     });
                     let w = Watched {
                         count: 1,
@@ -350,6 +372,7 @@ impl Wakeups {
                         idle_since: None,
                     };
                     watched.insert(name.to_owned(), w);
+                    joined = None;
                     // Sent while the map is locked: commands keep the map's order.
                     if self
                         .commands
@@ -389,6 +412,7 @@ impl Wakeups {
             channels,
             wake,
             own,
+            joined,
             acquired: AtomicBool::new(false),
             shared: self.channels.clone(),
         }
@@ -401,6 +425,9 @@ pub(crate) struct Watch {
     wake: Wake,
     /// A notification of its own, unless woken in turn with others.
     own: Option<Arc<Notify>>,
+    /// When every channel was subscribed already as the watch began: how
+    /// many times each had woken every waiter then.
+    joined: Option<Vec<usize>>,
     /// Set when the waiter got its lock; one that gives up instead passes
     /// its turn on.
     acquired: AtomicBool,
@@ -418,6 +445,21 @@ impl Watch {
             }
         }
         true
+    }
+
+    /// Whether every release since the watch began reached it: its channels
+    /// were subscribed already then, and have been since, without a
+    /// reconnect (whose wake-up of every waiter leaves nothing for one not
+    /// asleep yet). A waiter registered before an attempt may then sleep
+    /// after it without trying again.
+    pub(crate) fn undisturbed(&self) -> bool {
+        self.is_live()
+            && self.joined.as_ref().is_some_and(|joined| {
+                self.channels
+                    .iter()
+                    .zip(joined)
+                    .all(|(channel, &n)| channel.woken_all.load(Ordering::Relaxed) == n)
+            })
     }
 
     /// Whether release messages are arriving; false means the caller should
@@ -908,7 +950,7 @@ mod tests {
 
     use futures_util::FutureExt;
 
-    use super::{Wake, Wakeups};
+    use super::{Readiness, Wake, Wakeups};
 
     const CHANNEL: &str = "lock:{x}:released";
 
@@ -930,6 +972,27 @@ mod tests {
         woken.as_mut().enable();
         wakeups.deliver(CHANNEL, "released");
         assert!(woken.as_mut().now_or_never().is_some(), "anyone");
+    }
+
+    #[tokio::test]
+    async fn a_waiter_registered_early_knows_when_a_release_may_have_gone_by() {
+        let (wakeups, _pending) = Wakeups::new("app@host:1/ours:".to_owned());
+        // Joined while the subscription is still on its way: a release
+        // may come before it is in place.
+        let first = wakeups.watch([CHANNEL], Wake::One);
+        assert!(!first.undisturbed());
+        let channel = wakeups.channels.get(CHANNEL).unwrap();
+        channel.ready.send_replace(Readiness::Subscribed);
+        assert!(!first.undisturbed(), "joined before it was subscribed");
+        let second = wakeups.watch([CHANNEL], Wake::One);
+        assert!(second.undisturbed());
+        // The subscriptions came back after a loss: every waiter asleep is
+        // woken, and one not asleep yet must look for itself.
+        channel.wake(None, true, "");
+        assert!(!second.undisturbed());
+        assert!(wakeups.watch([CHANNEL], Wake::One).undisturbed());
+        channel.ready.send_replace(Readiness::Failed);
+        assert!(!wakeups.watch([CHANNEL], Wake::One).undisturbed());
     }
 
     #[tokio::test]

@@ -593,7 +593,7 @@ mod tests {
         };
         let lock = LockKeys::new("lock:", "a");
         let lease = Duration::from_secs(10);
-        let take = calls::acquire(&[lock], Asker::fresh("owner"), lease, Duration::ZERO);
+        let take = calls::acquire(&[lock], Asker::fresh("owner"), lease, Duration::ZERO, true);
         let acquire = Acquire::new(take.clone(), 1, Stored::Hash, Giving::ONE);
         let lane = Lane::of(&take, false);
         let run = || {

@@ -77,8 +77,8 @@ struct Underway<'a> {
     /// How a re-entry asks for each lock (empty: afresh).
     asking: String,
     owner: Arc<str>,
-    /// A fair waiter's registration for its turn, made before its first
-    /// attempt.
+    /// A waiter's registration for its turn, made before its first attempt
+    /// (see `registers_early`).
     early: Option<Watch>,
     /// Turn marks, taken back if it stops waiting without the locks.
     marked: Option<Waiting<'a>>,
@@ -451,7 +451,7 @@ impl LockRequest {
     /// Sets an acquisition up: its owner id (the enclosing critical
     /// section's for a re-entry, else a fresh one), its deadline, the turn
     /// marks it leaves, whether it queues behind this process's waiters,
-    /// and a fair waiter's early registration for its turn.
+    /// and a waiter's early registration for its turn.
     fn begin<'a>(
         &'a self,
         keys: &'a [LockKeys],
@@ -829,7 +829,7 @@ impl LockRequest {
         let again_after = inner.config.call_timeout(self.replicas);
         let stored = Stored::for_kind(self.kind, &keys[0]);
         let (label, locks) = (self.label().to_owned(), keys.to_vec());
-        inner.retire_later(label, locks, (stored, vec![owner]), None, again_after);
+        inner.retire_later(label, locks, vec![(stored, None)], vec![owner], again_after);
     }
 
     /// The error for a wait that ended without the locks: held by others,

@@ -25,7 +25,8 @@ impl LockRequest {
     }
 
     /// Whether the request queues behind this process's waiters for the
-    /// lock without trying first. Tasks of this process already waiting go
+    /// lock without trying first. Tasks of this process already waiting (or
+    /// registered for their turn and making their first attempt) go
     /// first: a newcomer (often the task that just released it) that tried
     /// at once would take it from under the waiter the release is waking,
     /// which then starts over at the back. So the newcomer is woken in

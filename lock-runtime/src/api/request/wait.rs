@@ -96,6 +96,9 @@ pub(super) struct Wait<'a> {
     last_error: Option<LockError>,
     /// The next attempt is skipped: it waits for its turn instead.
     wait_in_turn: bool,
+    /// It registered for its turn before its first attempt, and is yet to
+    /// take its next step.
+    registered_early: bool,
     /// When this waiter last tried: one that is told to wait on still
     /// tries at least every `fair_retry` of its lease, which keeps its place in line
     /// (and its marks) from lapsing.
@@ -120,8 +123,8 @@ impl<'a> Wait<'a> {
     }
 
     /// Starts waiting after the first attempt (or none, when it queues
-    /// behind this process's waiters): registers for wake-ups, unless a
-    /// fair waiter did before its first attempt, and waits until they can
+    /// behind this process's waiters): registers for wake-ups, unless the
+    /// waiter did before its first attempt, and waits until they can
     /// arrive (the channels subscribed), the deadline, or the client's
     /// shutdown.
     pub(super) async fn start(
@@ -173,6 +176,7 @@ impl<'a> Wait<'a> {
             backoff: RETRY_AFTER_ERROR,
             last_error: None,
             wait_in_turn: underway.behind || registered_early,
+            registered_early: registered_early && !underway.behind,
             tried_at: Instant::now(),
             offers,
             line_place,
@@ -189,13 +193,19 @@ impl<'a> Wait<'a> {
     }
 
     /// One try: the lock a handoff granted, or, when it waits for its turn
-    /// (queued behind this process's waiters, or a fair waiter registered
-    /// for its turn), busy for a while; otherwise an attempt in Redis.
+    /// (queued behind this process's waiters, or registered for its turn
+    /// before its first attempt), busy for a while; otherwise an attempt in
+    /// Redis.
     pub(super) async fn try_once(&mut self, now: Instant) -> Result<Outcome, LockError> {
         if let Some(handed) = self.handed.take() {
             return handed;
         }
-        if std::mem::take(&mut self.wait_in_turn) {
+        // One that registered before its first attempt skips the next only
+        // if no release can have gone by unseen since it registered (asked
+        // once registered for this sleep's wake-up, so that one from now
+        // on wakes it).
+        let early = std::mem::take(&mut self.registered_early);
+        if std::mem::take(&mut self.wait_in_turn) && (!early || self.watch.undisturbed()) {
             // No holder's lease is known yet, so look again after a while
             // in any case; a waiter not in line yet, soon.
             let look_again = if self.joining {
@@ -269,8 +279,7 @@ impl<'a> Wait<'a> {
             Ok(Outcome::Abandon(err)) | Err(err) => return Step::Done(Err(err)),
         };
         if Instant::now() >= self.deadline {
-            let err = self.last_error.take();
-            return Step::Done(Err(err.unwrap_or_else(|| self.timeout())));
+            return Step::Done(Err(self.ended_at_deadline()));
         }
         if !self.watch.is_live() {
             wake = wake.min(now + FALLBACK_RETRY);
@@ -318,11 +327,8 @@ impl<'a> Wait<'a> {
             // gives back what it may hold (see `Offered`).
             (None, Some(offered)) => tokio::select! {
                 answer = offered.withdraw() => answer,
-                // The wait ends as at any deadline: with what stopped the
-                // last attempt, if that failed (see `judge`).
                 _ = tokio::time::sleep_until(self.deadline) => {
-                    let failed = self.last_error.take();
-                    return Err(failed.unwrap_or_else(|| self.timeout()));
+                    return Err(self.ended_at_deadline());
                 }
             },
             (None, None) => None,
@@ -384,6 +390,14 @@ impl<'a> Wait<'a> {
     /// The error for a wait that ended without the locks.
     fn timeout(&self) -> LockError {
         self.request.timeout(self.started, self.closed)
+    }
+
+    /// The error for a wait that reached its deadline: what stopped its
+    /// last attempt, if that failed (Redis unreachable the whole time
+    /// reads as that, not as a lock held by others), else the timeout.
+    fn ended_at_deadline(&mut self) -> LockError {
+        let failed = self.last_error.take();
+        failed.unwrap_or_else(|| self.timeout())
     }
 }
 

@@ -4,22 +4,24 @@
 -- a caller that waits for readers marks itself waiting, which holds back
 -- new readers until it is in.
 --
--- KEYS[1..n]       the lock hashes (owner, count, fence), n = #KEYS / 8
+-- KEYS[1..n]       the lock hashes (owner, count, fence), n = #KEYS / 5
 -- KEYS[n+1..2n]    the fencing counter of each lock's hash slot (see keys.rs)
 -- KEYS[2n+1..3n]   each lock's readers (sorted set scored by lease expiry)
 -- KEYS[3n+1..4n]   each lock's waiting-writer marker
 -- KEYS[4n+1..5n]   each lock's waiting-readers marker: a writer that finds it
 --                  (and no writer waiting for readers) lets the readers go
 --                  first, so that a writer in a loop cannot starve them
--- KEYS[5n+1..6n]   each lock's line of waiters, KEYS[6n+1..7n] their
---                  liveness and KEYS[7n+1..8n] how often its first waiter
---                  was passed over (line.lua): a caller that waits for one
---                  lock held by another gets in line, so that a release
---                  names one waiter to wake instead of waking one in every
---                  client. The line decides who is woken, not who takes
---                  the lock: whoever asks first while it is free does,
---                  unless its first waiter was passed over too often (see
---                  PASSES in line.lua)
+--
+-- A call for one lock with ARGV[5] "1" also uses the lock's line of waiters
+-- `KEYS[1]:queue`, their liveness `KEYS[1]:queue:alive` and how often its
+-- first waiter was passed over, `KEYS[1]:queue:passed` (line.lua; named
+-- here rather than sent, as the gone keys are: a lock's keys share its
+-- slot, see keys.rs): a caller that waits for the lock held by another
+-- gets in line, so that a release names one waiter to wake instead of
+-- waking one in every client. The line decides who is woken, not who takes
+-- the lock: whoever asks first while it is free does, unless its first
+-- waiter was passed over too often (see PASSES in line.lua).
+--
 -- ARGV[1]          owner id (client uuid : scope id)
 -- ARGV[2]          lease in milliseconds
 -- ARGV[3]          how long a waiting writer's mark lasts unless it tries
@@ -39,7 +41,11 @@
 --                  was lost (deleted by an operator, evicted, dropped by a
 --                  failover): it is not taken afresh, which would grant it
 --                  anew behind the enclosing holder's back.
--- ARGV[5..7]       the restart quarantine: run id seen, ms, strict (fence.lua)
+-- ARGV[5]          "1" when the lock's line applies (one lock asked for
+--                  alone, afresh, on one server or Cluster: not on Redlock,
+--                  where each master would keep a line of its own), "0"
+--                  when not
+-- ARGV[6..8]       the restart quarantine: run id seen, ms, strict (fence.lua)
 --
 -- An owner id a give-back retired (see gone_key in prelude.lua) is never
 -- granted a lock afresh: the call is answered as busy.
@@ -52,8 +58,15 @@
 -- then how long it lasts); a caller that
 -- marked itself waiting or got in line is told to try again within half
 -- its mark's life, so that the mark and the place last as long as it waits.
-local n = #KEYS / 8
-local q = quarantine_at(ARGV, 5)
+local n = #KEYS / 5
+local q = quarantine_at(ARGV, 6)
+-- Whether the lock's line applies (see ARGV[5]), and its keys.
+local lined = n == 1 and ARGV[5] == '1' and ARGV[4] == '0'
+local queue, alive, passed = nil, nil, nil
+if lined then
+  queue = KEYS[1] .. ':queue'
+  alive, passed = queue .. ':alive', queue .. ':passed'
+end
 -- The common call, straight: one lock taken afresh that has none of its
 -- keys (free, never had readers, no writer or readers waiting, nobody in
 -- line, its owner id not retired). It makes the calls the loop below would make for it, without
@@ -61,8 +74,8 @@ local q = quarantine_at(ARGV, 5)
 -- every call. Any other call goes on below, told what EXISTS said.
 local first_untouched = nil
 if n == 1 and ARGV[4] == '0' then
-  first_untouched = redis.call('EXISTS', KEYS[1], KEYS[3], KEYS[4], KEYS[5], KEYS[6],
-    gone_key(KEYS[1], ARGV[1])) == 0
+  first_untouched = redis.call('EXISTS', KEYS[1], KEYS[3], KEYS[4], KEYS[5],
+    queue or KEYS[1], gone_key(KEYS[1], ARGV[1])) == 0
   if first_untouched then
     local fence, closed = next_fence(KEYS[2], q)
     if not fence then
@@ -133,7 +146,7 @@ for i = 1, n do
       -- The caller waits: its release must be announced (release.lua),
       -- and it names the first in line.
       redis.call('HSET', KEYS[i], 'w', 1)
-      in_line = n == 1 and how == '0'
+      in_line = lined
     end
   elseif not owner then
     local no = not untouched and refused(gone, how)
@@ -157,8 +170,8 @@ for i = 1, n do
       end
       marked[i] = redis.call('GET', marker) == ARGV[1]
     end
-    if not longest and n == 1 and how == '0' and not untouched then
-      local first, passes, left = first_waiter(KEYS[6], KEYS[7], KEYS[8], ARGV[1])
+    if not longest and lined and not untouched then
+      local first, passes, left = first_waiter(queue, alive, passed, ARGV[1])
       if first and passes >= PASSES then
         blocked_for(left)
         in_line = tonumber(ARGV[3]) > 0
@@ -181,8 +194,10 @@ end
 if longest then
   local mark = tonumber(ARGV[3])
   if in_line then
-    get_in_line(KEYS[6], KEYS[7], ARGV[1], mark)
-    line_lasts(KEYS[6], KEYS[7], mark)
+    get_in_line(queue, alive, ARGV[1], mark)
+    line_lasts(queue, alive, mark)
+    -- The count of passes lasts as long as the line (see first_waiter).
+    keep_for(passed, mark)
   end
   for i = 1, n do
     if (marked[i] or in_line) and (longest < 0 or longest > mark / 2) then
@@ -215,17 +230,17 @@ for i = 1, n do
       redis.call('HSET', KEYS[i], 'owner', ARGV[1], 'count', 1, 'fence', fence)
     end
     redis.call('PEXPIRE', KEYS[i], ARGV[2])
-    if n == 1 and not first_untouched then
+    if lined and not first_untouched then
       -- Its place in line, if it waited, is over; a line still there
       -- must hear of its release (release.lua).
-      redis.call('ZREM', KEYS[6], ARGV[1])
-      redis.call('ZREM', KEYS[7], ARGV[1])
-      if not marked[i] and redis.call('EXISTS', KEYS[6]) == 1 then
+      redis.call('ZREM', queue, ARGV[1])
+      redis.call('ZREM', alive, ARGV[1])
+      if not marked[i] and redis.call('EXISTS', queue) == 1 then
         redis.call('HSET', KEYS[i], 'w', 1)
       end
       if passing then
-        redis.call('HSET', KEYS[8], 'first', passing[1], 'n', passing[2])
-        redis.call('PEXPIRE', KEYS[8], passing[3])
+        redis.call('HSET', passed, 'first', passing[1], 'n', passing[2])
+        keep_for(passed, passing[3])
       end
     end
   end

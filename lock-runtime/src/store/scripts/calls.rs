@@ -10,8 +10,7 @@ use super::{
     TURN_LEAVE, Taken,
 };
 use crate::base::keys::{
-    self, LockKeys, QUEUE, QUEUE_ALIVE, QUEUE_PASSED, READERS, READERS_WAITING, RELEASED,
-    WRITER_WAITING,
+    self, LockKeys, QUEUE, QUEUE_ALIVE, READERS, READERS_WAITING, RELEASED, WRITER_WAITING,
 };
 use crate::base::kind::Permits;
 
@@ -110,28 +109,29 @@ fn by_role(locks: &[LockKeys], roles: &[fn(&LockKeys) -> String]) -> Vec<String>
 
 /// `acquire.lua`: takes every lock in `locks` or none; a caller that has
 /// to wait for readers holds new readers back with a mark that lasts
-/// `mark` unless it tries again, and one that waits for a single lock
-/// held by another gets in line for as long.
-pub(crate) fn acquire(locks: &[LockKeys], asker: Asker, lease: Duration, mark: Duration) -> Call {
+/// `mark` unless it tries again. With `line` (one lock asked for alone,
+/// not on Redlock), the lock's line applies: one that waits for it while
+/// another holds it gets in line for as long, and it is taken past the
+/// line's first waiter only so often.
+pub(crate) fn acquire(
+    locks: &[LockKeys],
+    asker: Asker,
+    lease: Duration,
+    mark: Duration,
+    line: bool,
+) -> Call {
     let bytes: usize = locks
         .iter()
-        .map(|l| 8 * l.lock.len() + l.fence.len() + 80)
+        .map(|l| 5 * l.lock.len() + l.fence.len() + 48)
         .sum();
-    let mut items = Items::with_capacity(8 * locks.len() + 4, bytes + 64);
+    let mut items = Items::with_capacity(5 * locks.len() + 5, bytes + 64);
     for lock in locks {
         items.key(&[&lock.lock]);
     }
     for lock in locks {
         items.key(&[&lock.fence]);
     }
-    for suffix in [
-        READERS,
-        WRITER_WAITING,
-        READERS_WAITING,
-        QUEUE,
-        QUEUE_ALIVE,
-        QUEUE_PASSED,
-    ] {
+    for suffix in [READERS, WRITER_WAITING, READERS_WAITING] {
         for lock in locks {
             items.key(&[&lock.lock, suffix]);
         }
@@ -140,7 +140,8 @@ pub(crate) fn acquire(locks: &[LockKeys], asker: Asker, lease: Duration, mark: D
         .arg(&[asker.owner])
         .number(lease_millis(lease))
         .number(mark.as_millis() as u64)
-        .arg(&[asker.every()]);
+        .arg(&[asker.every()])
+        .arg(&[flag_of(line)]);
     Call::of(&ACQUIRE, items).quarantined()
 }
 

@@ -3,15 +3,15 @@
 -- lock's readers) and announce the release as release.lua does, so that
 -- waiters try again at once. The holders learn of the loss at their next
 -- renewal, which finds the lock gone. What belongs to waiters stays (the
--- fair queue, the turn-taking markers), so fair waiters keep their order.
+-- line, the turn-taking markers), so waiters in line keep their order.
 -- Keys of a type no lock script writes are not touched.
 --
 -- KEYS[1]  the lock: a hash, or a semaphore's sorted set of permits
 -- KEYS[2]  the semaphore holders' re-entry counts and tokens
 -- KEYS[3]  the readers of a read-write lock
 -- KEYS[4]  the readers' re-entry counts and tokens
--- KEYS[5]  the queue of fair waiters
--- KEYS[6]  the fair waiters' liveness
+-- KEYS[5]  the line of waiters
+-- KEYS[6]  the waiters' liveness
 -- KEYS[7]  the release channel
 --
 -- Returns 1 when something held was deleted (and the release announced),

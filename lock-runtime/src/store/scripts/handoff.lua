@@ -26,7 +26,7 @@
 -- and the answer is given again.
 --
 -- KEYS[1]      the lock hash
--- KEYS[2..4]   its release channel, queue of fair waiters and their
+-- KEYS[2..4]   its release channel, line of waiters and their
 --              liveness (release.lua)
 -- KEYS[5]      the fencing counter of the lock's hash slot
 -- KEYS[6..8]   its readers, waiting-writer marker and waiting-readers

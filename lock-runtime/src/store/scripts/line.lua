@@ -1,7 +1,8 @@
--- Fair waiters' line: for the scripts that put waiters in it or give
--- locks back (see prelude.lua).
+-- Waiters' line: fair waiters, and waiters for a plain lock another holds
+-- (acquire.lua); for the scripts that put waiters in it or give locks back
+-- (see prelude.lua).
 
--- Puts `owner` in the lock's line of fair waiters: `queue` scored by
+-- Puts `owner` in the lock's line of waiters: `queue` scored by
 -- arrival, where a waiter already in line keeps its place (NX), and
 -- `alive`, where its place counts for `stay` ms from now unless it tries
 -- again. The caller makes both sets last (line_lasts), once for every
@@ -54,29 +55,35 @@ local function client_of(owner)
 end
 
 -- Whether `owner` may take a free plain lock past its line (`queue`,
--- `alive`, and `passed`, which counts the passes): nil when the line is
--- empty, its first waiter stopped counting, or is of `owner`'s client;
--- otherwise that first waiter, how often it was passed over, and how long
--- its place lasts (ms).
+-- `alive`, and `passed`, which counts the passes and lasts as long as the
+-- line): nil when the line is empty, or its first waiter still counting is
+-- `owner` or of `owner`'s client; otherwise that first waiter, how often it
+-- was passed over, and how long its place lasts (ms). Waiters before it
+-- that stopped counting leave the line (as in next_in_line), so that one
+-- that died does not lift the bound for those behind it.
 local function first_waiter(queue, alive, passed, owner)
-  local first = redis.call('ZRANGE', queue, 0, 0)[1]
-  if not first or first == owner then
-    return nil
+  local now = now_ms()
+  while true do
+    local first = redis.call('ZRANGE', queue, 0, 0)[1]
+    if not first or first == owner then
+      return nil
+    end
+    local left = tonumber(redis.call('ZSCORE', alive, first) or '0') - now
+    if left > 0 then
+      local mine = client_of(owner)
+      if mine and mine == client_of(first) then
+        return nil
+      end
+      local seen = redis.call('HMGET', passed, 'first', 'n')
+      return first, seen[1] == first and tonumber(seen[2]) or 0, left
+    end
+    redis.call('ZREM', queue, first)
+    redis.call('ZREM', alive, first)
   end
-  local mine = client_of(owner)
-  if mine and mine == client_of(first) then
-    return nil
-  end
-  local left = tonumber(redis.call('ZSCORE', alive, first) or '0') - now_ms()
-  if left <= 0 then
-    return nil
-  end
-  local seen = redis.call('HMGET', passed, 'first', 'n')
-  return first, seen[1] == first and tonumber(seen[2]) or 0, left
 end
 
 -- Retires `owner` from the lock or leased set `key` for `ms` (see gone_key
--- in prelude.lua), and takes it out of the lock's line of fair waiters
+-- in prelude.lua), and takes it out of the lock's line of waiters
 -- (`queue`, `alive`; nil for a set without one): a fair attempt whose
 -- answer was lost may have put it in line, where it would hold up everyone
 -- behind it until its place lapsed. Returns true when it left the line.

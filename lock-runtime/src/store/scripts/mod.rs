@@ -767,9 +767,13 @@ mod tests {
             (
                 Kind::Exclusive,
                 both,
-                calls::acquire(both, asker, lease, mark),
+                calls::acquire(both, asker, lease, mark, false),
             ),
-            (Kind::Exclusive, b, calls::acquire(b, asker, lease, mark)),
+            (
+                Kind::Exclusive,
+                b,
+                calls::acquire(b, asker, lease, mark, true),
+            ),
             (
                 Kind::Fair,
                 a,
@@ -848,6 +852,7 @@ mod tests {
             Asker::fresh(owner),
             Duration::from_secs(30),
             Duration::ZERO,
+            false,
         );
         let stored = Stored::for_kind(Kind::Exclusive, &locks[0]);
         let release = calls::release(&locks, &stored, owner, Giving::ONE);

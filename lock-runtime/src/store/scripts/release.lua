@@ -8,8 +8,8 @@
 --
 -- KEYS[1..n]       the lock hashes, n = #KEYS / 4
 -- KEYS[n+1..2n]    their release channels
--- KEYS[2n+1..3n]   their queues of fair waiters
--- KEYS[3n+1..4n]   the fair waiters' liveness
+-- KEYS[2n+1..3n]   their lines of waiters (line.lua)
+-- KEYS[3n+1..4n]   the waiters' liveness
 -- ARGV[1]          owner id
 -- ARGV[2]          "1" to drop every level at once (abandoning locks whose
 --                  acquire answer was lost), "0" to count down by one
@@ -22,7 +22,7 @@
 -- ARGV[5]          ms to retire the owner id from each lock (see gone_key
 --                  in prelude.lua), held or not: the acquire whose answer
 --                  was lost may not have run yet; it also leaves the line
---                  of fair waiters; 0 (or absent): not retired
+--                  of waiters; 0 (or absent): not retired
 -- ARGV[6..5+n]     (a give-back of a grant, see calls.rs, `undo`; absent
 --                  otherwise) the token each lock was granted with. A lock
 --                  the owner id holds under another token was granted to it

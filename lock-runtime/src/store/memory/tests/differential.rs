@@ -123,6 +123,7 @@ fn lock_scenario() -> Vec<(&'static str, ScriptInvocation<'static>)> {
             calls::Asker::fresh(owner),
             lease,
             mark,
+            true,
         ))
     };
     let release = |lock: &LockKeys, owner: &str, all: bool| {
@@ -191,6 +192,7 @@ fn lock_scenario() -> Vec<(&'static str, ScriptInvocation<'static>)> {
         calls::Asker::fresh("a"),
         lease,
         Duration::ZERO,
+        true,
     )
     .invocation(false, &strict);
     // Not a lock script: a string where acquire.lua expects a lock hash.

@@ -11,7 +11,7 @@ use redis::PushKind;
 use super::{Inbox, acquire, keys, release, run, try_acquire};
 use crate::base::keys::LockKeys;
 use crate::store::memory::MemoryServer;
-use crate::store::scripts::{Quarantine, calls};
+use crate::store::scripts::{Giving, Quarantine, Stored, calls};
 
 const LEASE: Duration = Duration::from_secs(30);
 
@@ -162,4 +162,82 @@ async fn a_waiter_that_gives_up_leaves_the_line_and_names_the_next() {
     assert_eq!(last_named(&inbox), c);
     assert_eq!(line(&server, &lock), [c.as_str()]);
     assert_eq!(attempt(&server, &lock, &c).await[0], 1);
+}
+
+#[tokio::test]
+async fn the_count_of_passes_lasts_as_long_as_the_line() {
+    let server = MemoryServer::new();
+    let lock = keys("passes-last");
+    let waiter = owner("w", 1);
+    let mark = Duration::from_millis(1_000);
+    let wait = |who: String| {
+        let (server, lock) = (&server, &lock);
+        async move {
+            try_acquire(server, lock, &who, LEASE, mark, &Quarantine::none())
+                .await
+                .expect("acquire")
+        }
+    };
+    let passed = format!("{}:queue:passed", lock.lock);
+    let pttl = |key: &str| -> i64 {
+        match server.command(&["PTTL", key]) {
+            redis::Value::Int(ms) => ms,
+            other => panic!("not a ttl: {other:?}"),
+        }
+    };
+
+    let holder = owner("o", 1);
+    acquire(&server, &lock, &holder, LEASE).await;
+    assert_eq!(wait(waiter.clone()).await[0], 0);
+    release(&server, &lock, &holder, false).await;
+    let next = owner("o", 2);
+    assert_eq!(attempt(&server, &lock, &next).await[0], 1, "taken past");
+    // The holder keeps it longer than the waiter's place would last on its
+    // own; the waiter keeps its place by trying, and the count with it.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(wait(waiter.clone()).await[0], 0);
+    assert!(pttl(&passed) > 900, "{} ms left", pttl(&passed));
+}
+
+#[tokio::test]
+async fn a_first_waiter_gone_does_not_lift_the_bound_for_the_next() {
+    let server = MemoryServer::new();
+    let lock = keys("gone-first");
+    let (gone, next) = (owner("g", 1), owner("n", 1));
+    let holder = owner("o", 1);
+    acquire(&server, &lock, &holder, LEASE).await;
+    let short = Duration::from_millis(50);
+    let tried = try_acquire(&server, &lock, &gone, LEASE, short, &Quarantine::none()).await;
+    assert_eq!(tried.expect("acquire")[0], 0);
+    assert_eq!(attempt(&server, &lock, &next).await[0], 0);
+    // The first waiter stops trying (its process died): its place lapses.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    // Releases that name nobody (a client with waiters of its own) leave
+    // the line as it is.
+    let release_announced = |who: String| {
+        let call = calls::release(
+            std::slice::from_ref(&lock),
+            &Stored::Hash,
+            &who,
+            Giving {
+                announce: true,
+                ..Giving::ONE
+            },
+        );
+        let server = &server;
+        async move { run::<Vec<i64>>(server, &call).await.expect("release") }
+    };
+    release_announced(holder).await;
+    for scope in 2..2 + PASSES as u32 {
+        let other = owner("o", scope);
+        assert_eq!(attempt(&server, &lock, &other).await[0], 1, "taken past");
+        release_announced(other).await;
+    }
+    let refused = attempt(&server, &lock, &owner("o", 99)).await;
+    assert_eq!(refused[0], 0, "kept for the live waiter");
+    assert_eq!(
+        line(&server, &lock)[0],
+        next,
+        "the lapsed one left the line"
+    );
 }

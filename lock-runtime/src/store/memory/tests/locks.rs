@@ -77,6 +77,7 @@ async fn several_locks_are_taken_all_or_none() {
         calls::Asker::fresh("a:1"),
         lease,
         Duration::ZERO,
+        false,
     );
     let reply: Vec<i64> = run(&server, &both).await.unwrap();
     assert_eq!(reply[0], 0);

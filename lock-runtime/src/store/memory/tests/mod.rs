@@ -98,6 +98,7 @@ async fn try_acquire(
         calls::Asker::fresh(owner),
         lease,
         mark,
+        true,
     )
     .invocation(false, quarantine)
     .invoke_async(&mut server.clone())

@@ -109,6 +109,7 @@ async fn renewal_keeps_the_longer_lease<C: redis::aio::ConnectionLike + Clone>(c
         calls::Asker::fresh("a:1"),
         lease,
         Duration::ZERO,
+        true,
     ))
     .invoke_async(conn)
     .await

@@ -47,7 +47,9 @@ pub(super) fn acquire(kind: Kind, lock: &str, owner: &str) -> Call {
     let lock = keys(lock);
     let asker = calls::Asker::fresh(owner);
     match kind {
-        Kind::Exclusive => calls::acquire(slice::from_ref(&lock), asker, LEASE, Duration::ZERO),
+        Kind::Exclusive => {
+            calls::acquire(slice::from_ref(&lock), asker, LEASE, Duration::ZERO, true)
+        }
         Kind::Permits(permits) => calls::permit_acquire(&lock, asker, LEASE, permits),
         Kind::Read => calls::read_acquire(&lock, asker, LEASE, Duration::ZERO),
         Kind::Fair => calls::fair_acquire(&lock, asker, LEASE, Duration::from_secs(3), true),
@@ -273,6 +275,7 @@ async fn retired_waiters_leave_no_marks(conn: &mut impl ConnectionLike, server: 
         calls::Asker::fresh("gone"),
         LEASE,
         wait,
+        true,
     );
     assert!(!granted(&call(conn, &late).await.unwrap()), "{server}");
     let marker: Option<String> = redis::cmd("GET")
@@ -299,6 +302,7 @@ async fn retired_waiters_leave_no_marks(conn: &mut impl ConnectionLike, server: 
         calls::Asker::fresh("gone"),
         LEASE,
         wait,
+        true,
     );
     assert!(!granted(&call(conn, &late).await.unwrap()), "{server}");
     let late = calls::read_acquire(&lock, calls::Asker::fresh("gone"), LEASE, stay);
