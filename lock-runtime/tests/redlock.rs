@@ -52,6 +52,48 @@ async fn exclusion_holds_while_a_master_is_paused_and_another_killed() {
     );
 }
 
+/// Redlock keeps no line of waiters: each master would keep its own, in
+/// the order calls reached it, and could keep the lock for a waiter the
+/// others do not keep it for. A waiter marks the lock, so that its release
+/// wakes it, and takes it once released.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiters_get_in_no_line_on_redlock() {
+    let masters = RedisServer::start_many(3);
+    let (holder, waiter) = (redlock(&masters).await, redlock(&masters).await);
+    let name = unique_key("no-line");
+    let key = common::lock_key(&name);
+    let guard = holder
+        .lock(name.as_str())
+        .lease(Duration::from_secs(30))
+        .acquire()
+        .await
+        .expect("acquire");
+    let waiting = {
+        let name = name.clone();
+        tokio::spawn(async move {
+            let request = waiter.lock(name).wait(Duration::from_secs(20));
+            request.acquire().await.expect("acquire").release().await
+        })
+    };
+    within(
+        &masters[0],
+        Duration::from_secs(10),
+        "the waiter's mark",
+        async {
+            while masters.iter().any(|m| m.cli(&["HGET", &key, "w"]) != "1") {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        },
+    )
+    .await;
+    for master in &masters {
+        assert_eq!(master.cli(&["EXISTS", &format!("{key}:queue")]), "0");
+    }
+    guard.release().await.expect("release");
+    let released = within(&masters[0], Duration::from_secs(10), "the waiter", waiting).await;
+    released.unwrap().expect("release");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lock_is_held_on_a_majority_and_released_everywhere() {
     let masters = RedisServer::start_many(5);

@@ -64,7 +64,8 @@ impl LockRequest {
     /// has subscribed (others wait for it here, or did a moment ago), a
     /// release right after that attempt put it in line still wakes it, so
     /// it need not try again at once to find out, as a waiter that
-    /// subscribes only then must. Not a re-entry, which waits for a lock
+    /// subscribes only then must (unless a release may have gone by unseen
+    /// meanwhile: see `Watch::undisturbed`). Not a re-entry, which waits for a lock
     /// its own critical section holds only when that was lost.
     pub(super) fn registers_early(&self, keys: &[LockKeys], reentry: bool) -> bool {
         !self.wait.is_zero()

@@ -94,7 +94,9 @@ pub(super) struct Wait<'a> {
     backoff: Duration,
     /// The error of the last attempt, reported if the wait ends on it.
     last_error: Option<LockError>,
-    /// The next attempt is skipped: it waits for its turn instead.
+    /// The next attempt is skipped: it waits for its turn instead (for an
+    /// early registrant, only if its watch saw every release since, see
+    /// `try_once`).
     wait_in_turn: bool,
     /// It registered for its turn before its first attempt, and is yet to
     /// take its next step.

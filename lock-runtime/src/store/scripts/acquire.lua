@@ -69,7 +69,8 @@ if lined then
 end
 -- The common call, straight: one lock taken afresh that has none of its
 -- keys (free, never had readers, no writer or readers waiting, nobody in
--- line, its owner id not retired). It makes the calls the loop below would make for it, without
+-- line where the line applies, its owner id not retired). It makes the
+-- calls the loop below would make for it, without
 -- the loop's helpers and tables, which Redis pays on its one thread at
 -- every call. Any other call goes on below, told what EXISTS said.
 local first_untouched = nil
@@ -113,8 +114,8 @@ end
 -- First look at every lock and draw the tokens of the free ones, taking
 -- nothing yet: all or none.
 local owners, fences, marked = {}, {}, {}
--- Whether the caller got in line (one lock, asked afresh: see KEYS), and
--- the first waiter it takes the lock past, if it does.
+-- Whether the caller got in line (only where the line applies, see
+-- `lined`), and the first waiter it takes the lock past, if it does.
 local in_line, passing = false, nil
 for i = 1, n do
   local readers, marker, readers_waiting = KEYS[2 * n + i], KEYS[3 * n + i], KEYS[4 * n + i]

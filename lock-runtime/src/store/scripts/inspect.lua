@@ -10,8 +10,9 @@
 --          the semaphore's number of permits ("limit")
 -- KEYS[3]  the readers of a read-write lock (sorted set scored by expiry)
 -- KEYS[4]  the readers' re-entry counts and tokens
--- KEYS[5]  the queue of fair waiters, in arrival order
--- KEYS[6]  the fair waiters' liveness (sorted set scored by expiry)
+-- KEYS[5]  the line of waiters (fair ones, and a plain lock's while it is
+--          held), in arrival order
+-- KEYS[6]  the waiters' liveness (sorted set scored by expiry)
 -- KEYS[7]  the release channel (a key here only so that a Cluster runs
 --          this on the master of the lock's slot, where its sharded
 --          subscribers are)
@@ -20,8 +21,8 @@
 -- limit}: `holders` is a flat list of six items per holder: how it holds
 -- ("x" the lock hash, "p" permits, "r" a read lock), owner id, re-entry
 -- count, fencing token, remaining lease in ms (-1: none), and permits held
--- (1 but for a semaphore's holders); `queue` lists the fair waiters still
--- in line, first first; `subscribers` counts the connections subscribed to
+-- (1 but for a semaphore's holders); `queue` lists the waiters still in
+-- line, first first; `subscribers` counts the connections subscribed to
 -- the release channel; `limit` is a semaphore's number of permits, as its
 -- holders recorded it (0: none recorded).
 local now = now_ms()

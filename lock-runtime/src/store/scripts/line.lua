@@ -19,7 +19,7 @@ local function line_lasts(queue, alive, stay)
   keep_for(alive, stay)
 end
 
--- What a release announces: the first owner id in the lock's queue of fair
+-- What a release announces: the first owner id in the lock's line of
 -- waiters that still counts as waiting (its time in `alive` has not run
 -- out), so that exactly that waiter wakes, or "released" for anyone.
 -- Waiters that stopped trying (died, gave up silently) are dropped on the
