@@ -10,7 +10,7 @@ use redis::PushKind;
 
 use super::{Inbox, acquire, keys, release, run, try_acquire};
 use crate::base::keys::LockKeys;
-use crate::store::memory::MemoryServer;
+use crate::store::memory::{MemoryServer, MemorySubscriber};
 use crate::store::scripts::{Giving, Quarantine, Stored, calls};
 
 const LEASE: Duration = Duration::from_secs(30);
@@ -52,36 +52,58 @@ fn last_named(inbox: &Inbox) -> String {
     payload
 }
 
-#[tokio::test]
-async fn a_release_names_the_first_waiter_in_line() {
+/// A lock `name` that `a` holds while `b` and then `c` wait, and what its
+/// channel received (while the subscriber lives).
+struct HeldAndWaited {
+    server: MemoryServer,
+    lock: LockKeys,
+    inbox: Inbox,
+    _subscriber: MemorySubscriber,
+    owners: [String; 3],
+}
+
+async fn held_and_waited(name: &str) -> HeldAndWaited {
     let server = MemoryServer::new();
-    let lock = keys("named");
+    let lock = keys(name);
     let inbox = Inbox::default();
     let subscriber = server.subscriber(inbox.sink());
     subscriber.subscribe(&[&lock.channel()]).unwrap();
-    let (a, b, c) = (owner("a", 1), owner("b", 1), owner("c", 1));
+    let owners = [owner("a", 1), owner("b", 1), owner("c", 1)];
+    acquire(&server, &lock, &owners[0], LEASE).await;
+    assert_eq!(attempt(&server, &lock, &owners[1]).await[0], 0);
+    assert_eq!(attempt(&server, &lock, &owners[2]).await[0], 0);
+    HeldAndWaited {
+        server,
+        lock,
+        inbox,
+        _subscriber: subscriber,
+        owners,
+    }
+}
 
-    acquire(&server, &lock, &a, LEASE).await;
-    assert_eq!(attempt(&server, &lock, &b).await[0], 0);
-    assert_eq!(attempt(&server, &lock, &c).await[0], 0);
+#[tokio::test]
+async fn a_release_names_the_first_waiter_in_line() {
+    let held = held_and_waited("named").await;
+    let (server, lock, inbox) = (&held.server, &held.lock, &held.inbox);
+    let [a, b, c] = &held.owners;
     // Trying again keeps a waiter's place.
-    assert_eq!(attempt(&server, &lock, &b).await[0], 0);
-    assert_eq!(line(&server, &lock), [b.as_str(), c.as_str()]);
+    assert_eq!(attempt(server, lock, b).await[0], 0);
+    assert_eq!(line(server, lock), [b.as_str(), c.as_str()]);
 
-    release(&server, &lock, &a, false).await;
+    release(server, lock, a, false).await;
     assert_eq!(inbox.messages().len(), 1);
-    assert_eq!(last_named(&inbox), b);
+    assert_eq!(last_named(inbox), *b);
 
     // The one named takes it: its place is over, and the lock's release
     // names the next, who still waits.
-    assert_eq!(attempt(&server, &lock, &b).await[0], 1);
-    assert_eq!(line(&server, &lock), [c.as_str()]);
-    release(&server, &lock, &b, false).await;
-    assert_eq!(last_named(&inbox), c);
-    assert_eq!(attempt(&server, &lock, &c).await[0], 1);
-    assert!(line(&server, &lock).is_empty());
+    assert_eq!(attempt(server, lock, b).await[0], 1);
+    assert_eq!(line(server, lock), [c.as_str()]);
+    release(server, lock, b, false).await;
+    assert_eq!(last_named(inbox), *c);
+    assert_eq!(attempt(server, lock, c).await[0], 1);
+    assert!(line(server, lock).is_empty());
     // Nobody waits: its release is not announced.
-    release(&server, &lock, &c, false).await;
+    release(server, lock, c, false).await;
     assert_eq!(inbox.messages().len(), 2);
 }
 
@@ -138,30 +160,23 @@ async fn a_waiter_passed_over_too_often_has_the_lock_kept_for_it() {
 
 #[tokio::test]
 async fn a_waiter_that_gives_up_leaves_the_line_and_names_the_next() {
-    let server = MemoryServer::new();
-    let lock = keys("left");
-    let inbox = Inbox::default();
-    let subscriber = server.subscriber(inbox.sink());
-    subscriber.subscribe(&[&lock.channel()]).unwrap();
-    let (a, b, c) = (owner("a", 1), owner("b", 1), owner("c", 1));
-
-    acquire(&server, &lock, &a, LEASE).await;
-    assert_eq!(attempt(&server, &lock, &b).await[0], 0);
-    assert_eq!(attempt(&server, &lock, &c).await[0], 0);
+    let held = held_and_waited("left").await;
+    let (server, lock, inbox) = (&held.server, &held.lock, &held.inbox);
+    let [a, b, c] = &held.owners;
     // A waiter that leaves while the lock is held wakes nobody.
-    let leave = |who: &str| calls::turn_leave(std::slice::from_ref(&lock), who);
-    run::<i64>(&server, &leave(&c)).await.expect("leave");
+    let leave = |who: &str| calls::turn_leave(std::slice::from_ref(lock), who);
+    run::<i64>(server, &leave(c)).await.expect("leave");
     assert!(inbox.messages().is_empty());
-    assert_eq!(line(&server, &lock), [b.as_str()]);
-    assert_eq!(attempt(&server, &lock, &c).await[0], 0);
+    assert_eq!(line(server, lock), [b.as_str()]);
+    assert_eq!(attempt(server, lock, c).await[0], 0);
 
     // The release names b; b gives up instead of taking it: c is named.
-    release(&server, &lock, &a, false).await;
-    assert_eq!(last_named(&inbox), b);
-    run::<i64>(&server, &leave(&b)).await.expect("leave");
-    assert_eq!(last_named(&inbox), c);
-    assert_eq!(line(&server, &lock), [c.as_str()]);
-    assert_eq!(attempt(&server, &lock, &c).await[0], 1);
+    release(server, lock, a, false).await;
+    assert_eq!(last_named(inbox), *b);
+    run::<i64>(server, &leave(b)).await.expect("leave");
+    assert_eq!(last_named(inbox), *c);
+    assert_eq!(line(server, lock), [c.as_str()]);
+    assert_eq!(attempt(server, lock, c).await[0], 1);
 }
 
 #[tokio::test]
