@@ -640,9 +640,10 @@ fn merge(prefix: &str, name: &str, keys: &LockKeys, seen: Vec<Option<Seen>>) -> 
     } else if holders.iter().any(|h| h.mode == HoldMode::Read) {
         LockKind::ReadWrite
     } else if fair || (holders.is_empty() && !queued.is_empty()) {
-        // A plain lock's waiters get in line too, but only while it is
-        // held (or kept for its first waiter, a moment); fair waiters stay
-        // in line while it is free for a moment.
+        // A plain lock's waiters get in line too (while another holds it,
+        // and stay until they take it or their place lapses), so a free
+        // lock with a line reads as fair: nothing records the kind of a
+        // lock nobody holds.
         LockKind::Fair
     } else {
         LockKind::Exclusive
