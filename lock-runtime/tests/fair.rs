@@ -357,8 +357,12 @@ async fn a_release_names_no_waiter_that_is_gone() {
 
     let listener = redis::Client::open(server.url()).unwrap();
     let mut messages = listener.get_async_pubsub().await.expect("pubsub");
+    // The lock's channel and every client's inbox for it (see line.lua).
     let channel = format!("{}:released", lock_key(&name));
-    messages.subscribe(&channel).await.expect("subscribe");
+    messages
+        .psubscribe(format!("{channel}*"))
+        .await
+        .expect("subscribe");
     ok(server, guard.release().await);
     let message = within(server, Duration::from_secs(5), "release message", async {
         messages.on_message().next().await.expect("a message")
@@ -369,6 +373,12 @@ async fn a_release_names_no_waiter_that_is_gone() {
     assert_eq!(
         named, alive,
         "the release did not name the waiter next in line"
+    );
+    let client = alive.rsplit_once(':').expect("an owner id").0;
+    assert_eq!(
+        message.get_channel_name(),
+        format!("{channel}:{client}"),
+        "not sent to the named waiter's client alone"
     );
 }
 

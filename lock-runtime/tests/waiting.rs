@@ -321,3 +321,129 @@ fn spawn_waiter(locks: LockClient, name: &str) -> tokio::task::JoinHandle<lock_r
             .expect("acquire")
     })
 }
+
+/// A release naming the first waiter in line sends its message to that
+/// waiter's client alone (its inbox for the lock), not on the lock's
+/// channel, which every client with waiters for the lock subscribes: Redis
+/// writes one message, not one per client.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_naming_a_waiter_sends_one_message_to_its_client() {
+    use futures_util::StreamExt;
+
+    let (server, [holder, a, b, c]) = start_server_with_clients().await;
+    let name = unique_key("inbox");
+    let channel = format!("{}:released", lock_key(&name));
+    let mut listener = redis::Client::open(server.url())
+        .expect("url")
+        .get_async_pubsub()
+        .await
+        .expect("pub/sub connection");
+    listener.subscribe(&channel).await.expect("subscribe");
+    let guard = ok(&server, holder.lock(name.as_str()).acquire().await);
+    let waiters: Vec<_> = [a, b, c]
+        .into_iter()
+        .map(|locks| spawn_waiter(locks, &name))
+        .collect();
+    common::until_in_line(&server, &name, "3", Duration::from_secs(10)).await;
+    // Each waiting client subscribed to the lock's channel and its inbox.
+    let pattern = format!("{channel}:*");
+    common::until(Duration::from_secs(10), "three inboxes", async || {
+        server
+            .cli(&["PUBSUB", "CHANNELS", &pattern])
+            .lines()
+            .count()
+            == 3
+    })
+    .await;
+
+    ok(&server, guard.release().await);
+    let (first, _, rest) = within(
+        &server,
+        Duration::from_secs(10),
+        "the first waiter",
+        futures_util::future::select_all(waiters),
+    )
+    .await;
+    drop(first.unwrap());
+    let mut messages = listener.on_message();
+    let heard = tokio::time::timeout(Duration::from_millis(300), messages.next()).await;
+    assert!(
+        heard.is_err(),
+        "the lock's channel carried a message naming one waiter: {:?}",
+        heard.map(|m| m.map(|m| m.get_payload::<String>()))
+    );
+    for waiter in rest {
+        waiter.abort();
+    }
+}
+
+/// A waiter that is not in line (one for several locks) marks the lock it
+/// waits for so that its release reaches every client, also when the
+/// release names another client's waiter in line: told only through that
+/// waiter's inbox, it would sleep until the holder's lease ran out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_naming_a_waiter_in_line_still_wakes_a_waiter_for_several_locks() {
+    let (server, [holder, in_line, several]) = start_server_with_clients().await;
+    let name = unique_key("not-in-line");
+    let other = unique_key("not-in-line-other");
+    let lease = Duration::from_secs(20);
+    let guard = ok(
+        &server,
+        holder.lock(name.as_str()).lease(lease).acquire().await,
+    );
+    let first = tokio::spawn({
+        let name = name.clone();
+        async move {
+            // Takes the lock when named, and lets it go at once.
+            let guard = in_line
+                .lock(name)
+                .wait(Duration::from_secs(15))
+                .acquire()
+                .await;
+            guard.expect("the waiter in line").release().await
+        }
+    });
+    common::until_in_line(&server, &name, "1", Duration::from_secs(10)).await;
+    server.cli(&["CONFIG", "RESETSTAT"]);
+    let both = tokio::spawn({
+        let names = [name.clone(), other.clone()];
+        async move {
+            several
+                .lock_all(names)
+                .lease(lease)
+                .wait(Duration::from_secs(15))
+                .acquire()
+                .await
+        }
+    });
+    let hash = lock_key(&name);
+    common::until(
+        Duration::from_secs(10),
+        "marked by a waiter not in line",
+        async || server.cli(&["HGET", &hash, "w"]) == "1",
+    )
+    .await;
+    // Its second attempt, made once subscribed, is over: it sleeps.
+    common::until(Duration::from_secs(10), "asleep", async || {
+        common::scripts_ran(&server) >= 2
+    })
+    .await;
+
+    let released = Instant::now();
+    ok(&server, guard.release().await);
+    // Whichever of the two the release let in first, the other follows.
+    let both = within(
+        &server,
+        Duration::from_secs(10),
+        "the waiter for both",
+        both,
+    )
+    .await;
+    drop(ok(&server, both.expect("the waiter for both's task")));
+    assert!(
+        released.elapsed() < Duration::from_secs(8),
+        "woken only when the holder's lease would have run out: {:?}",
+        released.elapsed()
+    );
+    ok(&server, first.await.expect("the waiter in line's task"));
+}

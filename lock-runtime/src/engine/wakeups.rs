@@ -6,7 +6,12 @@
 //! wakes one of them (in arrival order), not all, and a woken waiter that
 //! gives up passes the wake-up on (tokio's `Notify` does that). A message
 //! that names a waiter of another client (the first in the lock's line, see
-//! acquire.lua) wakes none of them: only that client's tries.
+//! acquire.lua) wakes none of them: only that client's tries. Such a
+//! message goes to that client alone, on the lock's channel followed by
+//! `:` and the client's part of its owner ids (its *inbox* for that lock,
+//! see `wake` in line.lua): each watched channel is subscribed together
+//! with its inbox, and Redis writes a release naming a waiter to one
+//! client, not to every client with waiters for the lock.
 //!
 //! Subscriptions are made by one task, in the order the watch counts
 //! changed, and that task unsubscribes from a channel only once it is out
@@ -142,6 +147,9 @@ struct Channels {
     watched: Mutex<HashMap<String, Watched>>,
     /// What the owner ids of this client's waiters start with.
     ours: String,
+    /// What a channel's name is followed by in its inbox's: `:` and the
+    /// client's part of its owner ids.
+    inbox: String,
 }
 
 impl Channels {
@@ -153,6 +161,22 @@ impl Channels {
 
     fn get(&self, name: &str) -> Option<Arc<Channel>> {
         self.watched().get(name).map(|w| w.channel.clone())
+    }
+
+    /// The watched channel a message on `name` is for: the channel itself,
+    /// or the channel whose inbox it is.
+    fn receiving(&self, name: &str) -> Option<Arc<Channel>> {
+        self.get(name)
+            .or_else(|| self.get(name.strip_suffix(self.inbox.as_str())?))
+    }
+
+    /// What to subscribe to (or unsubscribe from) for `names`: each
+    /// channel and its inbox.
+    fn with_inboxes(&self, names: &[&str]) -> Vec<String> {
+        names
+            .iter()
+            .flat_map(|name| [(*name).to_owned(), format!("{name}{}", self.inbox)])
+            .collect()
     }
 
     fn all(&self) -> Vec<Arc<Channel>> {
@@ -215,8 +239,10 @@ impl Wakeups {
     ///
     /// `ours` is what the owner ids of the client's waiters start with.
     pub(crate) fn new(ours: String) -> (Wakeups, Pending) {
+        let inbox = format!(":{}", ours.strip_suffix(':').unwrap_or(&ours));
         let channels = Arc::new(Channels {
             ours,
+            inbox,
             ..Channels::default()
         });
         let (commands, receiver) = mpsc::unbounded_channel();
@@ -590,7 +616,7 @@ fn dispatch(
             if let Some(Value::BulkString(name)) = push.data.first()
                 && let Some(channel) = std::str::from_utf8(name)
                     .ok()
-                    .and_then(|name| channels.get(name))
+                    .and_then(|name| channels.receiving(name))
             {
                 let payload = match push.data.get(1) {
                     Some(Value::BulkString(payload)) => std::str::from_utf8(payload).ok(),
@@ -624,7 +650,7 @@ pub(crate) enum Subscriber {
 }
 
 impl Subscriber {
-    async fn subscribe(&mut self, names: &[&str]) -> redis::RedisResult<()> {
+    async fn subscribe(&mut self, names: &[String]) -> redis::RedisResult<()> {
         match self {
             Subscriber::Manager(conn) => conn.manager().subscribe(names).await,
             Subscriber::Following(conn) => conn.manager().subscribe(names).await,
@@ -635,7 +661,10 @@ impl Subscriber {
                 Ok(())
             }
             #[cfg(feature = "memory")]
-            Subscriber::Memory(subscriber) => subscriber.subscribe(names),
+            Subscriber::Memory(subscriber) => {
+                let names: Vec<&str> = names.iter().map(String::as_str).collect();
+                subscriber.subscribe(&names)
+            }
         }
     }
 
@@ -749,7 +778,7 @@ impl Stores {
     /// whose connection went dead (no answer, or dropped) gets a fresh one
     /// first: a connection whose packets vanish may fail a subscription
     /// before any check asks it to answer, and checks ask only live stores.
-    async fn subscribe(&mut self, names: &[&str]) -> (bool, bool) {
+    async fn subscribe(&mut self, names: &[String]) -> (bool, bool) {
         let mut replaced = false;
         for (subscriber, live) in self.subscribers.iter_mut().zip(self.live.iter_mut()) {
             if *live && let Err(err) = subscriber.subscribe(names).await {
@@ -812,7 +841,9 @@ async fn subscriber(
             }
             _ = sweep.tick() => {
                 for name in channels.sweep() {
-                    stores.unsubscribe(&name).await;
+                    for name in channels.with_inboxes(&[&name]) {
+                        stores.unsubscribe(&name).await;
+                    }
                 }
                 continue;
             }
@@ -838,7 +869,7 @@ async fn subscriber(
                         }
                     }
                     let names: Vec<&str> = group.iter().map(|c| c.name.as_str()).collect();
-                    let (enough, replaced) = stores.subscribe(&names).await;
+                    let (enough, replaced) = stores.subscribe(&channels.with_inboxes(&names)).await;
                     if replaced {
                         // A replaced connection lost every subscription it
                         // carried: with too few stores left, every waiter
@@ -904,6 +935,7 @@ const RESUBSCRIBE_FIRST: Duration = Duration::from_millis(20);
 async fn resubscribe(stores: &mut Stores, channels: &Channels) -> bool {
     let all = channels.all();
     let names: Vec<&str> = all.iter().map(|c| c.name.as_str()).collect();
+    let names = channels.with_inboxes(&names);
     let mut back = false;
     for (node, (subscriber, live)) in stores
         .subscribers
@@ -968,6 +1000,13 @@ mod tests {
         // One of ours, or nobody in particular: one of ours tries.
         wakeups.deliver(CHANNEL, "app@host:1/ours:3");
         assert!(woken.as_mut().now_or_never().is_some(), "named ours");
+        // Named ours on this client's inbox for the lock (see line.lua).
+        let mut woken = pin!(notifier.notify().notified());
+        woken.as_mut().enable();
+        let inbox = format!("{CHANNEL}:app@host:1/ours");
+        assert_eq!(wakeups.channels.with_inboxes(&[CHANNEL]), [CHANNEL, &inbox]);
+        wakeups.deliver(&inbox, "app@host:1/ours:4");
+        assert!(woken.as_mut().now_or_never().is_some(), "on its inbox");
         let mut woken = pin!(notifier.notify().notified());
         woken.as_mut().enable();
         wakeups.deliver(CHANNEL, "released");

@@ -26,8 +26,9 @@
 -- ARGV[2]          lease in milliseconds
 -- ARGV[3]          how long a waiting writer's mark lasts unless it tries
 --                  again (ms; 0: the caller does not wait). A caller that
---                  waits and finds a lock taken marks its hash ("w"), so
---                  that its release is announced. The caller
+--                  waits and finds a lock taken marks its hash ("w": "l"
+--                  for a waiter in line, 1 for one not), so that its
+--                  release is announced. The caller
 --                  takes it back when it stops waiting; a dead caller's
 --                  mark lapses after this long, and so does its place in
 --                  line.
@@ -145,8 +146,15 @@ for i = 1, n do
         return no
       end
       -- The caller waits: its release must be announced (release.lua),
-      -- and it names the first in line.
-      redis.call('HSET', KEYS[i], 'w', 1)
+      -- and it names the first in line. The mark says who waits: "l" only
+      -- waiters in line, each woken by a message to its own client; 1 also
+      -- one not in line (for several locks, on Redlock), which any release
+      -- must reach (see wake in line.lua).
+      if lined then
+        mark_in_line(KEYS[i])
+      else
+        redis.call('HSET', KEYS[i], 'w', 1)
+      end
       in_line = lined
     end
   elseif not owner then
@@ -237,7 +245,7 @@ for i = 1, n do
       redis.call('ZREM', queue, ARGV[1])
       redis.call('ZREM', alive, ARGV[1])
       if not marked[i] and redis.call('EXISTS', queue) == 1 then
-        redis.call('HSET', KEYS[i], 'w', 1)
+        redis.call('HSET', KEYS[i], 'w', 'l')
       end
       if passing then
         redis.call('HSET', passed, 'first', passing[1], 'n', passing[2])

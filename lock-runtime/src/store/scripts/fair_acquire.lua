@@ -91,8 +91,9 @@ elseif owner then
   ttl = redis.call('PTTL', KEYS[1])
   if ARGV[4] == '1' and not held[2] then
     -- Held by a plain (not fair) holder, whose release announces itself
-    -- only when marked (release.lua); a fair holder's always does.
-    redis.call('HSET', KEYS[1], 'w', 1)
+    -- only when marked (release.lua); a fair holder's always does. The
+    -- mark of a waiter in line (see acquire.lua).
+    mark_in_line(KEYS[1])
   end
 elseif readers > 0 then
   local last = redis.call('ZRANGE', KEYS[5], -1, -1, 'WITHSCORES')

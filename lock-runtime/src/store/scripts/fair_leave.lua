@@ -8,7 +8,7 @@
 -- ARGV[1]  owner id
 redis.call('ZREM', KEYS[1], ARGV[1])
 redis.call('ZREM', KEYS[2], ARGV[1])
-if redis.call('EXISTS', KEYS[3]) == 0 and redis.call('ZCARD', KEYS[1]) > 0 then
-  redis.call(PUBLISH, KEYS[4], next_in_line(KEYS[1], KEYS[2]))
+if redis.call('EXISTS', KEYS[3]) == 0 then
+  name_next(KEYS[4], KEYS[1], KEYS[2])
 end
 return 0

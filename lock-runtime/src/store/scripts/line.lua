@@ -54,6 +54,39 @@ local function client_of(owner)
   return string.match(owner, '^(.+/.+):[^:]*$')
 end
 
+-- Tells the waiters of a lock that it is free, on its release channel
+-- `channel`: `who` is next_in_line's answer. A message naming a waiter
+-- goes to the channel of that waiter's client (`channel:CLIENT`, which
+-- only that client subscribes, see wakeups.rs), so that a release costs
+-- Redis one message to one client, not one to every client with waiters
+-- for the lock, each of which would only find that it names another's.
+-- Unless `everyone`: a waiter not in line (for several locks, a reader)
+-- may wait for this release too (it marked the lock's hash, see
+-- acquire.lua), and every client is told, as for a message naming nobody.
+local function wake(channel, who, everyone)
+  local client = not everyone and who ~= 'released' and client_of(who)
+  redis.call(PUBLISH, client and channel .. ':' .. client or channel, who)
+end
+
+-- Marks the hash `key` of a lock held by another: a waiter in line waits
+-- for its release ("w" = "l"), unless a waiter not in line marked it
+-- already ("w" = 1, which wakes every client: see wake).
+local function mark_in_line(key)
+  if not redis.call('HGET', key, 'w') then
+    redis.call('HSET', key, 'w', 'l')
+  end
+end
+
+-- Names the next waiter in the line (`queue`, `alive`) of a lock nobody
+-- holds, whose release channel is `channel`, if anyone is in line: for a
+-- waiter that left the line, which may have been the one a release named
+-- (see turn_leave.lua). Nothing else changed for a waiter not in line.
+local function name_next(channel, queue, alive)
+  if redis.call('ZCARD', queue) > 0 then
+    wake(channel, next_in_line(queue, alive))
+  end
+end
+
 -- Whether `owner` may take a free plain lock past its line (`queue`,
 -- `alive`, and `passed`, which counts the passes and lasts as long as the
 -- line): nil when the line is empty, or its first waiter still counting is

@@ -4,7 +4,9 @@
 -- instead of one in every client, see acquire.lua), otherwise any. A
 -- release is announced only when someone waits: a fair lock, a lock whose
 -- hash a waiter marked ("w", see acquire.lua), or when the caller says its
--- own client has waiters (which are not all in line: then any).
+-- own client has waiters (which are not all in line: then any). A message
+-- that names a waiter goes to its client alone, unless a waiter not in
+-- line marked the hash (see wake in line.lua).
 --
 -- KEYS[1..n]       the lock hashes, n = #KEYS / 4
 -- KEYS[n+1..2n]    their release channels
@@ -41,7 +43,7 @@ local ms = tonumber(ARGV[5] or '0')
 -- waiters may not be).
 local function announce(i, held)
   if held[3] or (held[4] and ARGV[4] ~= '1') then
-    redis.call(PUBLISH, KEYS[n + i], next_in_line(KEYS[2 * n + i], KEYS[3 * n + i]))
+    wake(KEYS[n + i], next_in_line(KEYS[2 * n + i], KEYS[3 * n + i]), held[4] == '1')
   elseif held[4] or ARGV[4] == '1' then
     redis.call(PUBLISH, KEYS[n + i], 'released')
   end
@@ -57,8 +59,8 @@ for i = 1, n do
   elseif held[1] ~= ARGV[1] then
     result[i] = -1
     -- As fair_leave.lua: a free lock goes to the next in line.
-    if left_line and not held[1] and redis.call('ZCARD', KEYS[2 * n + i]) > 0 then
-      redis.call(PUBLISH, KEYS[n + i], next_in_line(KEYS[2 * n + i], KEYS[3 * n + i]))
+    if left_line and not held[1] then
+      name_next(KEYS[n + i], KEYS[2 * n + i], KEYS[3 * n + i])
     end
   else
     local count = 0

@@ -31,9 +31,8 @@ for i = 1, n do
   if here > 0 then
     redis.call(PUBLISH, KEYS[2 * n + i], 'released')
     taken = taken + here
-  elseif left_line and redis.call('EXISTS', KEYS[5 * n + i]) == 0
-      and redis.call('ZCARD', KEYS[3 * n + i]) > 0 then
-    redis.call(PUBLISH, KEYS[2 * n + i], next_in_line(KEYS[3 * n + i], KEYS[4 * n + i]))
+  elseif left_line and redis.call('EXISTS', KEYS[5 * n + i]) == 0 then
+    name_next(KEYS[2 * n + i], KEYS[3 * n + i], KEYS[4 * n + i])
   end
 end
 return taken

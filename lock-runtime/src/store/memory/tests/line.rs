@@ -44,11 +44,24 @@ fn line(server: &MemoryServer, lock: &LockKeys) -> Vec<String> {
     }
 }
 
-/// The payload of the last message on the lock's channel.
-fn last_named(inbox: &Inbox) -> String {
+/// The channel of `owner`'s client for `lock`: a release that names one
+/// of its waiters goes there (see `wake` in line.lua).
+fn inbox_of(lock: &LockKeys, owner: &str) -> String {
+    let client = owner.rsplit_once(':').expect("an owner id").0;
+    format!("{}:{client}", lock.channel())
+}
+
+/// The payload of the last message on the lock's channel or an inbox,
+/// which must be the inbox of the waiter it names.
+fn last_named(lock: &LockKeys, inbox: &Inbox) -> String {
     let messages = inbox.messages();
-    let (kind, _, payload) = messages.last().expect("a message").clone();
+    let (kind, channel, payload) = messages.last().expect("a message").clone();
     assert_eq!(kind, PushKind::Message);
+    assert_eq!(
+        channel,
+        inbox_of(lock, &payload),
+        "sent to its client alone"
+    );
     payload
 }
 
@@ -67,8 +80,10 @@ async fn held_and_waited(name: &str) -> HeldAndWaited {
     let lock = keys(name);
     let inbox = Inbox::default();
     let subscriber = server.subscriber(inbox.sink());
-    subscriber.subscribe(&[&lock.channel()]).unwrap();
     let owners = [owner("a", 1), owner("b", 1), owner("c", 1)];
+    let inboxes = owners.each_ref().map(|owner| inbox_of(&lock, owner));
+    let [a, b, c] = inboxes.each_ref().map(String::as_str);
+    subscriber.subscribe(&[&lock.channel(), a, b, c]).unwrap();
     acquire(&server, &lock, &owners[0], LEASE).await;
     assert_eq!(attempt(&server, &lock, &owners[1]).await[0], 0);
     assert_eq!(attempt(&server, &lock, &owners[2]).await[0], 0);
@@ -92,14 +107,14 @@ async fn a_release_names_the_first_waiter_in_line() {
 
     release(server, lock, a, false).await;
     assert_eq!(inbox.messages().len(), 1);
-    assert_eq!(last_named(inbox), *b);
+    assert_eq!(last_named(lock, inbox), *b);
 
     // The one named takes it: its place is over, and the lock's release
     // names the next, who still waits.
     assert_eq!(attempt(server, lock, b).await[0], 1);
     assert_eq!(line(server, lock), [c.as_str()]);
     release(server, lock, b, false).await;
-    assert_eq!(last_named(inbox), *c);
+    assert_eq!(last_named(lock, inbox), *c);
     assert_eq!(attempt(server, lock, c).await[0], 1);
     assert!(line(server, lock).is_empty());
     // Nobody waits: its release is not announced.
@@ -172,9 +187,9 @@ async fn a_waiter_that_gives_up_leaves_the_line_and_names_the_next() {
 
     // The release names b; b gives up instead of taking it: c is named.
     release(server, lock, a, false).await;
-    assert_eq!(last_named(inbox), *b);
+    assert_eq!(last_named(lock, inbox), *b);
     run::<i64>(server, &leave(b)).await.expect("leave");
-    assert_eq!(last_named(inbox), *c);
+    assert_eq!(last_named(lock, inbox), *c);
     assert_eq!(line(server, lock), [c.as_str()]);
     assert_eq!(attempt(server, lock, c).await[0], 1);
 }
