@@ -364,7 +364,10 @@ impl LockClient {
     /// its holders change (taken, re-entered, released, expired, taken
     /// over). Release messages are received on the client's pub/sub
     /// connection; the lock is also read every 200 ms (see
-    /// [`LockWatch::poll_every`]), since acquisitions publish nothing.
+    /// [`LockWatch::poll_every`]), since acquisitions publish nothing, nor
+    /// does a release to the watch's client when it names a waiter of
+    /// another client in the lock's line (that message goes to the waiter's
+    /// client alone): such a change is seen at the next read.
     ///
     /// ```no_run
     /// # async fn run(locks: lock_runtime::LockClient) -> Result<(), lock_runtime::LockError> {

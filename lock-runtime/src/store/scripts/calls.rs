@@ -9,9 +9,7 @@ use super::{
     PERMIT_ACQUIRE, PLACE_RELEASE, Place, READ_ACQUIRE, RELEASE, RENEW, Renewing, Stored,
     TURN_LEAVE, Taken,
 };
-use crate::base::keys::{
-    self, LockKeys, QUEUE, QUEUE_ALIVE, READERS, READERS_WAITING, RELEASED, WRITER_WAITING,
-};
+use crate::base::keys::{self, LockKeys, READERS, READERS_WAITING, WRITER_WAITING};
 use crate::base::kind::Permits;
 
 /// Milliseconds for PEXPIRE, never zero (PEXPIRE 0 would delete the key).
@@ -264,12 +262,10 @@ fn release_of<'a>(
 ) -> Call {
     let call = match stored {
         Stored::Hash => {
-            let bytes: usize = locks.clone().map(|lock| 4 * lock.len() + 40).sum();
-            let mut items = Items::with_capacity(4 * locks.len() + 5, bytes + owner.len() + 16);
-            for suffix in ["", RELEASED, QUEUE, QUEUE_ALIVE] {
-                for lock in locks.clone() {
-                    items.key(&[lock, suffix]);
-                }
+            let bytes: usize = locks.clone().map(str::len).sum();
+            let mut items = Items::with_capacity(locks.len() + 5, bytes + owner.len() + 16);
+            for lock in locks.clone() {
+                items.key(&[lock]);
             }
             items
                 .arg(&[owner])
@@ -461,19 +457,7 @@ mod tests {
     fn several_locks_are_laid_out_role_by_role() {
         let locks = [LockKeys::new("lock:", "a"), LockKeys::new("lock:", "b")];
         let call = release(&locks, &Stored::Hash, "me", Giving::ALL);
-        assert_eq!(
-            call.keys().collect::<Vec<_>>(),
-            [
-                "lock:{a}",
-                "lock:{b}",
-                "lock:{a}:released",
-                "lock:{b}:released",
-                "lock:{a}:queue",
-                "lock:{b}:queue",
-                "lock:{a}:queue:alive",
-                "lock:{b}:queue:alive",
-            ]
-        );
+        assert_eq!(call.keys().collect::<Vec<_>>(), ["lock:{a}", "lock:{b}"]);
         assert_eq!(call.args().collect::<Vec<_>>(), ["me", "1", "0", "0"]);
         assert!(call.is_idempotent());
         assert!(!release(&locks, &Stored::Hash, "me", Giving::ONE).is_idempotent());

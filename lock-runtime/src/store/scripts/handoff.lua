@@ -134,5 +134,5 @@ if held[1] == ARGV[1] and (ARGV[2] == '1' or held[2] == '1') and ARGV[3] == '0' 
     end
   end
 end
-local left = give_back({KEYS[1], KEYS[2], KEYS[3], KEYS[4]}, {ARGV[1], ARGV[2], ARGV[3], ARGV[4]})
+local left = give_back({KEYS[1]}, {ARGV[1], ARGV[2], ARGV[3], ARGV[4]})
 return {left[1], 0, 0}

@@ -8,10 +8,11 @@
 -- that names a waiter goes to its client alone, unless a waiter not in
 -- line marked the hash (see wake in line.lua).
 --
--- KEYS[1..n]       the lock hashes, n = #KEYS / 4
--- KEYS[n+1..2n]    their release channels
--- KEYS[2n+1..3n]   their lines of waiters (line.lua)
--- KEYS[3n+1..4n]   the waiters' liveness
+-- KEYS[1..n]       the lock hashes; each one's release channel, line of
+--                  waiters and their liveness (line.lua) are named here
+--                  from it, as acquire.lua names them, rather than sent:
+--                  most releases use none of them, and each key a call
+--                  sends costs Redis (and the client) to read
 -- ARGV[1]          owner id
 -- ARGV[2]          "1" to drop every level at once (abandoning locks whose
 --                  acquire answer was lost), "0" to count down by one
@@ -36,21 +37,33 @@
 -- Returns, per lock, the remaining re-entry count (0: released and
 -- published), or -1 when the caller does not hold it (expired, someone
 -- else's, or granted again since the grant a give-back names).
-local n = #KEYS / 4
+local n = #KEYS
 local ms = tonumber(ARGV[5] or '0')
+-- Lock i's release channel, line of waiters and their liveness.
+local function channel(i)
+  return KEYS[i] .. ':released'
+end
+local function line(i)
+  local queue = KEYS[i] .. ':queue'
+  return queue, queue .. ':alive'
+end
 -- Tells the waiters of lock i (its hash's fields `held`) that its holder
 -- let go: the first in line, or any when nobody is (or the caller's own
 -- waiters may not be).
 local function announce(i, held)
   if held[3] or (held[4] and ARGV[4] ~= '1') then
-    wake(KEYS[n + i], next_in_line(KEYS[2 * n + i], KEYS[3 * n + i]), held[4] == '1')
+    wake(channel(i), next_in_line(line(i)), held[4] == '1')
   elseif held[4] or ARGV[4] == '1' then
-    redis.call(PUBLISH, KEYS[n + i], 'released')
+    redis.call(PUBLISH, channel(i), 'released')
   end
 end
 local result = {}
 for i = 1, n do
-  local left_line = ms > 0 and retire(KEYS[i], KEYS[2 * n + i], KEYS[3 * n + i], ARGV[1], ms)
+  local queue, alive = nil, nil
+  if ms > 0 then
+    queue, alive = line(i)
+  end
+  local left_line = ms > 0 and retire(KEYS[i], queue, alive, ARGV[1], ms)
   local held = redis.call('HMGET', KEYS[i], 'owner', 'count', 'fair', 'w')
   local granted = ARGV[5 + i]
   if held[1] == ARGV[1] and granted
@@ -60,7 +73,7 @@ for i = 1, n do
     result[i] = -1
     -- As fair_leave.lua: a free lock goes to the next in line.
     if left_line and not held[1] then
-      name_next(KEYS[n + i], KEYS[2 * n + i], KEYS[3 * n + i])
+      name_next(channel(i), queue, alive)
     end
   else
     local count = 0
