@@ -16,7 +16,10 @@
 //!   plain lock that one holds), and until when each counts as still
 //!   waiting; `lock:{order:42}:queue:passed`: how often others took a plain
 //!   lock past its first waiter;
-//! * `lock:{order:42}:released`: the pub/sub channel its release is announced on;
+//! * `lock:{order:42}:released`: the pub/sub channel its release is announced
+//!   on; `lock:{order:42}:released:NAME@HOST:PID/CLIENT`, one client's own
+//!   channel for it, where a release naming a waiter of that client goes
+//!   (see `wake` in line.lua);
 //! * `lock:{order:42}:gone:OWNER` and `lock:{order:42}:readers:gone:OWNER`,
 //!   for a while after an acquisition whose answer was lost was given back:
 //!   the owner id `OWNER` is retired, and a late acquire call of it is
