@@ -30,6 +30,8 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use lock_testkit::Revision;
+
 use crate::contenders::BenchError;
 use crate::report::{Machine, Results};
 use crate::scenarios::{Ctx, DEFAULT_SAVE};
@@ -501,27 +503,29 @@ fn machine(ctx: &Ctx) -> Machine {
     }
 }
 
-/// The commit of the code measured, and whether the library had changes
-/// beyond it.
+/// The commit of the code measured, and whether the library, the
+/// benchmark itself or the locked dependencies had changes beyond it (or
+/// that git could not tell).
 fn commit() -> String {
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
-    let git = |args: &[&str]| {
-        std::process::Command::new("git")
-            .arg("-C")
-            .arg(&root)
-            .args(args)
-            .output()
-            .ok()
-            .filter(|out| out.status.success())
-            .map(|out| String::from_utf8_lossy(&out.stdout).trim().to_owned())
-    };
-    match git(&["rev-parse", "--short", "HEAD"]) {
-        Some(head) => match git(&["status", "--porcelain", "--", "lock-runtime", "lock-macros"]) {
-            Some(changes) if !changes.is_empty() => {
-                format!("{head} + uncommitted changes to lock-runtime or lock-macros")
-            }
-            _ => head,
-        },
+    let measured = ["lock-runtime", "lock-macros", "lock-bench", "Cargo.lock"];
+    match lock_testkit::revision(&root, &measured) {
+        Some(Revision {
+            commit,
+            changed: Some(false),
+        }) => commit,
+        Some(Revision {
+            commit,
+            changed: Some(true),
+        }) => format!(
+            "{commit} + uncommitted changes to lock-runtime, lock-macros, lock-bench or Cargo.lock"
+        ),
+        Some(Revision {
+            commit,
+            changed: None,
+        }) => {
+            format!("{commit} (git could not tell whether it had uncommitted changes)")
+        }
         None => "unknown (not a git checkout)".to_owned(),
     }
 }

@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use lock_runtime::{LockClient, LockGuard, LockRequest};
-use lock_testkit::{Proxy, RedisCluster, RedisServer, SentinelGroup};
+use lock_testkit::{Proxy, RedisCluster, RedisServer, Revision, SentinelGroup};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::process::{Child, ChildStdin, Command};
 use tokio::sync::mpsc;
@@ -45,25 +45,22 @@ pub struct RunInfo {
     pub revision: String,
 }
 
-/// `git` commit of the workspace this binary was built from, best effort.
+/// `git` commit of the workspace this binary was built from, best effort,
+/// and whether the runtime or the fault suite had changes beyond it.
 fn revision() -> String {
-    let repo = concat!(env!("CARGO_MANIFEST_DIR"), "/..");
-    let git = |args: &[&str]| {
-        std::process::Command::new("git")
-            .arg("-C")
-            .arg(repo)
-            .args(args)
-            .output()
-            .ok()
-            .filter(|out| out.status.success())
-            .map(|out| String::from_utf8_lossy(&out.stdout).trim().to_owned())
-    };
-    match (
-        git(&["rev-parse", "--short", "HEAD"]),
-        git(&["status", "--porcelain", "--", "lock-runtime"]),
-    ) {
-        (Some(commit), Some(changes)) if changes.is_empty() => format!("commit {commit}"),
-        (Some(commit), Some(_)) => format!("commit {commit} with uncommitted changes"),
+    let root = concat!(env!("CARGO_MANIFEST_DIR"), "/..");
+    let measured = ["lock-runtime", "lock-chaos", "Cargo.lock"];
+    match lock_testkit::revision(root.as_ref(), &measured) {
+        Some(Revision {
+            commit,
+            changed: Some(false),
+        }) => format!("commit {commit}"),
+        Some(Revision {
+            commit,
+            changed: Some(true),
+        }) => {
+            format!("commit {commit} with uncommitted changes")
+        }
         _ => "an unknown commit".into(),
     }
 }

@@ -108,6 +108,7 @@
 mod cluster;
 mod proxy;
 mod resp;
+mod revision;
 mod sentinel;
 mod server;
 mod stats;
@@ -115,6 +116,7 @@ mod tls;
 
 pub use cluster::RedisCluster;
 pub use proxy::Proxy;
+pub use revision::{Revision, revision};
 pub use sentinel::SentinelGroup;
 pub use server::{RedisServer, free_port, unique_key};
 pub use tls::{Certificates, TlsServer};
