@@ -446,3 +446,43 @@ async fn a_renewal_that_crosses_its_own_release_is_not_a_loss() {
         "{after:?}"
     );
 }
+
+/// A nested guard dropped right before the last guard of its hold is
+/// released: the nested one's release (one level down) reaches Redis after
+/// the last one's (every level), finds the lock gone, and that is no loss:
+/// the last release gave its level back too. On this single-threaded
+/// runtime the dropped guard's release, spawned, always goes second.
+#[tokio::test]
+async fn a_nested_release_overtaken_by_the_last_one_is_no_loss() {
+    let _turn = take_turn().await;
+    let (server, [locks]) = start_server_with_clients().await;
+    let name = unique_key("telemetry-overtaken");
+    let outer = ok(&server, locks.lock(name.as_str()).acquire().await);
+    let inner = outer
+        .scope(locks.lock(name.as_str()).acquire())
+        .await
+        .expect("in scope");
+    let inner = ok(&server, inner);
+    metrics();
+
+    drop(inner);
+    ok(&server, outer.release().await);
+    within(&server, Duration::from_secs(5), "both holds ended", async {
+        while spans()
+            .of(&name)
+            .iter()
+            .filter(|s| s.contains_key("outcome"))
+            .count()
+            < 2
+        {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await;
+    let after = metrics();
+    assert_eq!(after.counter(LOCK_LOST_TOTAL, &[]), 0, "{after:?}");
+    for span in spans().of(&name) {
+        assert_eq!(span["outcome"], "released", "{span:?}");
+    }
+    assert_eq!(server.cli(&["EXISTS", &lock_key(&name)]), "0");
+}

@@ -520,10 +520,16 @@ async fn end(
                 _ => Err(lost),
             };
         }
+        // A guard that is not the last one of its hold gives back one
+        // level; when the last guard's release (of every level) reached
+        // Redis first, its own finds the lock gone, and that is no loss:
+        // that release gave this level back too (it reports a lock that
+        // was gone before it came).
+        let overtaken = |held: &Held| !last && held.is_released();
         match held
             .iter()
             .zip(released?)
-            .find(|(_, r)| *r == Released::NotHeld)
+            .find(|(held, r)| *r == Released::NotHeld && !overtaken(held))
         {
             Some((held, _)) => Err(LockError::Lost {
                 key: held.name.clone(),

@@ -185,7 +185,7 @@ impl Held {
     /// Whether every guard of it has let it go (released or dropped): the
     /// release is sent after this turns true, so a renewal that then finds
     /// the lock gone crossed that release, and it is no loss.
-    fn is_released(&self) -> bool {
+    pub(crate) fn is_released(&self) -> bool {
         self.timing().guards == 0
     }
 
