@@ -247,3 +247,52 @@ async fn shutdown_reports_a_dropped_guard_s_release_that_redis_did_not_get() {
     );
     body.await.expect("body");
 }
+
+/// A release that Redis did not answer is sent again in the background,
+/// after a pause; a shutdown meanwhile sends it at once and waits for it,
+/// and reports it if it fails again. Before, the shutdown cancelled it in
+/// its pause and said Ok, and the lock stayed taken by nobody for its
+/// lease.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_waits_for_a_release_sent_again_in_the_background() {
+    let server = RedisServer::start();
+    let proxy = lock_testkit::Proxy::start(server.port())
+        .await
+        .expect("proxy");
+    let locks = common::connect(common::builder_for(proxy.url().as_str())).await;
+    let name = unique_key("sent-again-at-shutdown");
+    let guard = ok(
+        &server,
+        locks
+            .lock(name.as_str())
+            .lease(Duration::from_secs(30))
+            .acquire()
+            .await,
+    );
+    // The connections open now go dead; new ones work.
+    proxy.strand();
+    let released = guard.release().await;
+    assert!(
+        matches!(&released, Err(err) if err.is_unavailable()),
+        "{released:?}"
+    );
+    // The release is sent again after a pause of the command timeout
+    // (500 ms): the shutdown comes within it.
+    let shut = within(
+        &server,
+        Duration::from_secs(10),
+        "shutdown",
+        locks.shutdown(),
+    )
+    .await;
+    let other = client(&server).await;
+    let taken = other
+        .lock(name.as_str())
+        .wait(Duration::ZERO)
+        .acquire()
+        .await;
+    match shut {
+        Ok(()) => drop(ok(&server, taken)),
+        Err(err) => assert!(err.is_unavailable(), "{err:?}"),
+    }
+}

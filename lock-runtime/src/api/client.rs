@@ -11,7 +11,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
-use crate::api::inner::{ClosingReleases, Inner};
+use crate::api::inner::Inner;
 use crate::api::request::LockRequest;
 use crate::base::config::Config;
 use crate::base::error::LockError;
@@ -643,7 +643,7 @@ impl LockClient {
                 shutdown,
                 closed: AtomicBool::new(false),
                 closing: CancellationToken::new(),
-                closing_releases: ClosingReleases::default(),
+                closing_releases: Arc::default(),
                 quarantine_until: Mutex::new(None),
             }),
         };

@@ -433,7 +433,9 @@ impl LockGuard {
     /// [`LockError::NoQuorum`]). The last guard's release is then sent again
     /// in the background until Redis answers (for ten minutes at most; the
     /// lock expires after its lease if Redis never does): a stalled server
-    /// does not leave the lock taken by nobody for its lease. A hold that
+    /// does not leave the lock taken by nobody for its lease.
+    /// [`LockClient::shutdown`](crate::LockClient::shutdown) sends it at
+    /// once, waits for it, and reports it if it fails again. A hold that
     /// [`LockClient::shutdown`](crate::LockClient::shutdown) ended is still
     /// held in Redis: it is given back like any other, and a give-back that
     /// fails is reported as that failure rather than as lost.

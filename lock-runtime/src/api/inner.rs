@@ -27,9 +27,11 @@ use crate::engine::wakeups::Wakeups;
 use crate::engine::watchdog::Registry;
 use crate::store::scripts::{Released, Stored};
 
-/// The releases of guards dropped as their client shuts down: run as
-/// tasks that [`LockClient::shutdown`](crate::LockClient::shutdown) waits
-/// for, with the first failure kept for it to report.
+/// The releases [`LockClient::shutdown`](crate::LockClient::shutdown)
+/// waits for, run as tasks: those of guards dropped as their client shuts
+/// down, and the give-backs sent again in the background (see
+/// [`Inner::retire_later`]), with the first failure during the shutdown
+/// kept for it to report.
 #[derive(Default)]
 pub(crate) struct ClosingReleases {
     tasks: TaskTracker,
@@ -84,10 +86,11 @@ pub(crate) struct Inner {
     pub(crate) closed: AtomicBool,
     /// Cancelled when the client shuts down: waits under way end.
     pub(crate) closing: CancellationToken,
-    /// The releases of guards dropped as the client shuts down, which
-    /// [`LockClient::shutdown`](crate::LockClient::shutdown) waits for, and
-    /// the first error of one that Redis could not be told of.
-    pub(crate) closing_releases: ClosingReleases,
+    /// The releases [`LockClient::shutdown`](crate::LockClient::shutdown)
+    /// waits for (of guards dropped as the client shuts down, and the
+    /// give-backs sent again), and the first error of one that Redis could
+    /// not be told of.
+    pub(crate) closing_releases: Arc<ClosingReleases>,
     /// Until when the restart quarantine keeps locks closed, as the last
     /// acquisition that met it was told.
     pub(super) quarantine_until: Mutex<Option<Instant>>,
@@ -116,7 +119,9 @@ impl Inner {
     /// stored as it says (see [`Backend::retire`]), and kept taken until its
     /// time if it has one. Each give-back is sent again, first after
     /// `again_after`, until Redis answers or the client stops; the next
-    /// side's goes once it is answered (or given up). Two sides are the
+    /// side's goes once it is answered (or given up). A shutdown waits
+    /// for them: it ends their pauses, and reports the first that fails
+    /// then. Two sides are the
     /// two of a read-write lock: an upgrade or downgrade made from the
     /// first, whose answer was lost, may have taken the second, which it
     /// can only have done while the first was held (see `guard.rs`,
@@ -136,21 +141,29 @@ impl Inner {
             return;
         };
         let (backend, stopped) = (self.backend.clone(), self.stopped());
-        runtime.spawn(async move {
+        let (hurry, releases) = (self.closing.clone(), self.closing_releases.clone());
+        let giving_back = async move {
             for (stored, keep_until) in &sides {
                 let held = (stored, &owners[..]);
-                retire(
+                let tokens = (&stopped, &hurry);
+                let failed = retire(
                     &backend,
                     &label,
                     &locks,
                     held,
                     *keep_until,
                     again_after,
-                    &stopped,
-                )
-                .await;
+                    tokens,
+                );
+                // During a shutdown, which waits for it and reports it.
+                if let Some(err) = failed.await
+                    && hurry.is_cancelled()
+                {
+                    releases.record(err);
+                }
             }
-        });
+        };
+        self.closing_releases.spawn(giving_back, &runtime);
     }
 
     /// The client is shut down: acquisitions fail.
@@ -182,8 +195,9 @@ impl Inner {
 }
 
 /// Gives back, and retires, what each of `owners` may hold of `locks`,
-/// stored as `stored`, each until Redis answers or `stopped` (see
-/// [`Backend::retire`]).
+/// stored as `stored`, each until Redis answers or the client stops, or
+/// it fails once the client is shutting down (`tokens`: stopped, and
+/// shutting down; see [`Backend::retire`]); the first such failure.
 async fn retire(
     backend: &Backend,
     label: &str,
@@ -191,21 +205,25 @@ async fn retire(
     (stored, owners): (&Stored, &[Arc<str>]),
     keep_until: Option<Instant>,
     again_after: Duration,
-    stopped: &CancellationToken,
-) {
+    tokens: (&CancellationToken, &CancellationToken),
+) -> Option<LockError> {
     let giving_back = owners.iter().map(|owner| {
         let held = (stored, &**owner);
-        backend.retire(label, locks, held, keep_until, again_after, stopped)
+        backend.retire(label, locks, held, keep_until, again_after, tokens)
     });
-    let released = futures_util::future::join_all(giving_back).await;
-    if released
-        .iter()
-        .flatten()
-        .flatten()
-        .any(|r| *r == Released::Free)
-    {
-        tracing::debug!(key = %label, "gave back a lock whose grant went unanswered");
+    let mut failed = None;
+    for released in futures_util::future::join_all(giving_back).await {
+        match released {
+            Ok(released) if released.contains(&Released::Free) => {
+                tracing::debug!(key = %label, "gave back a lock whose grant went unanswered");
+            }
+            Ok(_) => {}
+            Err(err) => {
+                failed.get_or_insert(err);
+            }
+        }
     }
+    failed
 }
 
 impl Drop for Inner {

@@ -105,7 +105,9 @@ impl LockClient {
     /// 3. after up to the command timeout for that, it gives back whatever
     ///    is still held (a guard kept past the loss), every level at once,
     ///    so that other instances take the locks at once instead of after
-    ///    their leases;
+    ///    their leases; a release that Redis did not answer before, waiting
+    ///    to be sent again in the background, is sent at once, and waited
+    ///    for too;
     /// 4. it stops the watchdog and the subscriber.
     ///
     /// Clones of the client share its state: all of them are shut down.
@@ -127,9 +129,9 @@ impl LockClient {
     /// # Errors
     ///
     /// The first error of a give-back Redis could not be told of, a guard's
-    /// dropped meanwhile or one of its own (on Redlock, fewer than a
-    /// majority of masters answered: [`LockError::NoQuorum`]); those locks
-    /// expire after their leases.
+    /// dropped meanwhile, one sent again or one of its own (on Redlock,
+    /// fewer than a majority of masters answered: [`LockError::NoQuorum`]);
+    /// those locks expire after their leases.
     pub async fn shutdown(&self) -> Result<(), LockError> {
         let inner = &self.inner;
         if inner.closed.swap(true, Ordering::AcqRel) {
@@ -147,8 +149,10 @@ impl LockClient {
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
         // The guards dropped meanwhile give their locks back in tasks of
-        // their own: waited for (each within its command timeout), and the
-        // first that Redis could not be told of reported.
+        // their own, and give-backs sent again wait in theirs (cut short
+        // by the shutdown: sent at once): waited for (each within its
+        // command timeout), and the first that Redis could not be told of
+        // reported.
         let bound = inner.config.call_timeout(None) * 2;
         let failed = inner.closing_releases.finish(bound).await;
         let left = inner.registry.drain();

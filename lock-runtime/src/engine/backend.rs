@@ -361,7 +361,10 @@ impl Backend {
     /// calls to it went unanswered (the outage is over; once per pause at
     /// most; a probe asks the store meanwhile, for a client that makes no
     /// other call, see `Node::probe`), for [`GIVE_BACK_FOR`] at most. It
-    /// stops early when `closing` is cancelled: the client stopped.
+    /// stops early when `stopped` is cancelled: the client stopped. Once
+    /// `hurry` is cancelled (the client is shutting down, and waits for
+    /// it), it pauses no more: it is sent at once, and a try begun after
+    /// that which fails ends it. Giving up, it returns the last try's error.
     ///
     /// A lock its holder asked to keep taken until `keep_until` (see
     /// `LockRequest::lock_at_least`) is kept until then.
@@ -372,8 +375,8 @@ impl Backend {
         (stored, owner): (&Stored, &str),
         keep_until: Option<Instant>,
         again_after: Duration,
-        closing: &CancellationToken,
-    ) -> Option<Vec<Released>> {
+        (stopped, hurry): (&CancellationToken, &CancellationToken),
+    ) -> Result<Vec<Released>, LockError> {
         let until = Instant::now() + GIVE_BACK_FOR;
         let mut pause = again_after;
         // Each store's answers from now on: a store that answers again
@@ -395,25 +398,34 @@ impl Backend {
                 }),
                 ..Giving::ABANDONED
             };
+            let hurried = hurry.is_cancelled();
             match self.release(name, locks, stored, owner, giving).await {
-                Ok(released) => return Some(released),
-                Err(err) if closing.is_cancelled() || Instant::now() + pause >= until => {
+                Ok(released) => return Ok(released),
+                Err(err)
+                    if stopped.is_cancelled() || hurried || Instant::now() + pause >= until =>
+                {
                     tracing::warn!(key = %name, error = %Chain(&err), "giving back a lock whose grant went unanswered failed; it expires after its lease");
-                    return None;
+                    return Err(err);
                 }
                 Err(err) => {
                     tracing::debug!(key = %name, error = %Chain(&err), "giving back a lock whose grant went unanswered failed; trying again");
+                    // The client began shutting down during the try: once
+                    // more, at once.
+                    if hurry.is_cancelled() {
+                        continue;
+                    }
                     // A client with no other calls hears of the answer
                     // from a probe (while an answer can end the pause).
                     if early {
                         for node in self.nodes() {
-                            node.probe(closing);
+                            node.probe(stopped);
                         }
                     }
                     let woken = tokio::select! {
                         () = tokio::time::sleep(pause + jitter(pause / 4)) => false,
                         () = answering_again(&mut answering), if early => true,
-                        () = closing.cancelled() => return None,
+                        () = hurry.cancelled() => continue,
+                        () = stopped.cancelled() => return Err(err),
                     };
                     // Once per pause at most: a store that answers some
                     // calls but not this one's (a Cluster with one shard
