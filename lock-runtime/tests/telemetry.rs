@@ -486,3 +486,34 @@ async fn a_nested_release_overtaken_by_the_last_one_is_no_loss() {
     }
     assert_eq!(server.cli(&["EXISTS", &lock_key(&name)]), "0");
 }
+
+/// A guard for several locks that is the last of one lock's hold while a
+/// nested guard stays on another gives back one level of each: a lock it
+/// finds gone then was lost, and is reported so (nothing else gave back
+/// every level of it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lock_gone_under_a_guard_for_several_with_a_nested_guard_left_is_lost() {
+    let _turn = take_turn().await;
+    let (server, [locks]) = start_server_with_clients().await;
+    let (a, b) = (
+        unique_key("telemetry-gone-a"),
+        unique_key("telemetry-gone-b"),
+    );
+    let both = ok(
+        &server,
+        locks.lock_all([a.clone(), b.clone()]).acquire().await,
+    );
+    let inner = both
+        .scope(locks.lock(b.as_str()).acquire())
+        .await
+        .expect("in scope");
+    let inner = ok(&server, inner);
+    metrics();
+
+    server.cli(&["DEL", &lock_key(&a)]);
+    let err = both.release().await.expect_err("a was gone");
+    assert!(err.is_lost(), "{err:?}");
+    assert_eq!(err.key(), Some(a.as_str()));
+    ok(&server, inner.release().await);
+    assert_eq!(metrics().counter(LOCK_LOST_TOTAL, &[]), 1);
+}

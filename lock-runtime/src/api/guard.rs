@@ -503,6 +503,11 @@ async fn end(
         let keep = keep_until.map_or(Duration::ZERO, |until| {
             until.saturating_duration_since(Instant::now())
         });
+        if whole {
+            for held in held {
+                held.give_back_whole();
+            }
+        }
         let released = give_back(client, held, whole, keep).await;
         let other_side = if last {
             unsettled_other_side(client, held)
@@ -522,12 +527,14 @@ async fn end(
                 _ => Err(lost),
             };
         }
-        // A guard that is not the last one of its hold gives back one
-        // level; when the last guard's release (of every level) reached
-        // Redis first, its own finds the lock gone, and that is no loss:
-        // that release gave this level back too (it reports a lock that
-        // was gone before it came).
-        let overtaken = |held: &Held| !last && held.is_released();
+        // A guard that gives back one level of a hold whose last guard
+        // gave back every level (which reached Redis first) finds the lock
+        // gone, and that is no loss: its level went with that release
+        // (which reports a lock gone before it came). Only such a release:
+        // a guard last for one lock of several, with a nested guard left
+        // on another, gives back one level of each, and a lock it finds
+        // gone was lost.
+        let overtaken = |held: &Held| !whole && held.given_back_whole();
         match held
             .iter()
             .zip(released?)

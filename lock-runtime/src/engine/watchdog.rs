@@ -68,6 +68,10 @@ pub(crate) struct Held {
     /// taken the other side in Redis with no guard for it. The last guard
     /// of this hold gives the other side back too.
     other_side_unsettled: AtomicBool,
+    /// A guard of it gave back every level at once (see `guard.rs`,
+    /// `end`): a release of another guard of it that reaches Redis after
+    /// that finds the lock gone, and its level went with it.
+    given_back_whole: AtomicBool,
 }
 
 #[derive(Debug)]
@@ -182,10 +186,22 @@ impl Held {
         self.other_side_unsettled.load(Ordering::Relaxed)
     }
 
+    /// Records that a guard of it gives back every level at once: set
+    /// before that release is sent.
+    pub(crate) fn give_back_whole(&self) {
+        self.given_back_whole.store(true, Ordering::Release);
+    }
+
+    /// Whether a guard of it gave back every level at once (see
+    /// [`give_back_whole`](Self::give_back_whole)).
+    pub(crate) fn given_back_whole(&self) -> bool {
+        self.given_back_whole.load(Ordering::Acquire)
+    }
+
     /// Whether every guard of it has let it go (released or dropped): the
     /// release is sent after this turns true, so a renewal that then finds
     /// the lock gone crossed that release, and it is no loss.
-    pub(crate) fn is_released(&self) -> bool {
+    fn is_released(&self) -> bool {
         self.timing().guards == 0
     }
 
@@ -416,6 +432,7 @@ impl Registry {
             groups: Mutex::new(Vec::new()),
             tracked: acquired.tracked,
             other_side_unsettled: AtomicBool::new(false),
+            given_back_whole: AtomicBool::new(false),
         });
         let due = {
             let mut timing = held.timing();
@@ -621,15 +638,29 @@ async fn sleep_until(deadline: Option<Instant>) {
     }
 }
 
+/// How long a renewal call sent at `sent` for locks valid until
+/// `deadlines` waits for its answer (the command timeout caps it too): an
+/// answer after the latest deadline comes too late to save any of them.
+/// Not the earliest: a lock with a short lease would cut the wait short for
+/// every other, whose answers, slower than that, would never count, while
+/// the sweep declares each lock lost at its own deadline anyway (and an
+/// answer is timed from when the call was sent).
+fn batch_timeout(sent: Instant, deadlines: impl IntoIterator<Item = Instant>) -> Duration {
+    let latest = deadlines.into_iter().fold(sent, Instant::max);
+    latest
+        .saturating_duration_since(sent)
+        .max(Duration::from_millis(1))
+}
+
 /// Renews one batch of locks in one script call and records the outcome.
 async fn renew(registry: Arc<Registry>, backend: Backend, batch: Vec<Arc<Held>>) {
     let sent = Instant::now();
-    let mut earliest_deadline = sent + Duration::from_secs(3600);
+    let mut deadlines = Vec::with_capacity(batch.len());
     let locks: Vec<Renewing<'_>> = batch
         .iter()
         .map(|held| {
             let timing = held.timing();
-            earliest_deadline = earliest_deadline.min(timing.valid_until);
+            deadlines.push(timing.valid_until);
             Renewing {
                 key: held.keys.lock.as_str(),
                 stored: &held.stored,
@@ -640,11 +671,7 @@ async fn renew(registry: Arc<Registry>, backend: Backend, batch: Vec<Arc<Held>>)
         .collect();
     let leases: Vec<Duration> = locks.iter().map(|item| item.lease).collect();
     let replicas: Vec<Option<Replicas>> = batch.iter().map(|held| held.replicas).collect();
-    // An answer after the earliest deadline comes too late to save that lock;
-    // do not wait longer than that (the command timeout caps it too).
-    let timeout = earliest_deadline
-        .saturating_duration_since(sent)
-        .max(Duration::from_millis(1));
+    let timeout = batch_timeout(sent, deadlines);
     let outcome = backend.renew(&locks, timeout, &replicas).await;
     telemetry::renewal(
         sent.elapsed(),
@@ -751,6 +778,21 @@ fn retry_delay(lease: Duration) -> Duration {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_renewal_waits_as_long_as_it_can_save_a_lock_of_its_batch() {
+        let sent = Instant::now();
+        let secs = |s| sent + Duration::from_secs(s);
+        // A lock with a few seconds left does not cut short the wait for
+        // one with a minute left.
+        assert_eq!(
+            batch_timeout(sent, [secs(2), secs(60), secs(5)]),
+            Duration::from_secs(60)
+        );
+        // Every deadline past: the least wait, not none.
+        let past = sent.checked_sub(Duration::from_secs(1)).unwrap_or(sent);
+        assert_eq!(batch_timeout(sent, [past]), Duration::from_millis(1));
+    }
 
     fn acquisition<'a>(
         keys: &'a LockKeys,
