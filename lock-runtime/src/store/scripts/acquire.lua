@@ -61,12 +61,12 @@
 -- its mark's life, so that the mark and the place last as long as it waits.
 local n = #KEYS / 5
 local q = quarantine_at(ARGV, 6)
--- Whether the lock's line applies (see ARGV[5]), and its keys.
+-- Whether the lock's line applies (see ARGV[5]), and its keys (the line's
+-- other two only past the common call below, which needs none of them).
 local lined = n == 1 and ARGV[5] == '1' and ARGV[4] == '0'
 local queue, alive, passed = nil, nil, nil
 if lined then
   queue = KEYS[1] .. ':queue'
-  alive, passed = queue .. ':alive', queue .. ':passed'
 end
 -- The common call, straight: one lock taken afresh that has none of its
 -- keys (free, never had readers, no writer or readers waiting, nobody in
@@ -87,6 +87,9 @@ if n == 1 and ARGV[4] == '0' then
     redis.call('PEXPIRE', KEYS[1], ARGV[2])
     return {1, fence, 1}
   end
+end
+if lined then
+  alive, passed = queue .. ':alive', queue .. ':passed'
 end
 local function asking(i)
   local how = string.sub(ARGV[4], i, i)
