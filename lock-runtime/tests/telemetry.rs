@@ -517,3 +517,48 @@ async fn a_lock_gone_under_a_guard_for_several_with_a_nested_guard_left_is_lost(
     ok(&server, inner.release().await);
     assert_eq!(metrics().counter(LOCK_LOST_TOTAL, &[]), 1);
 }
+
+/// A lock held at least a while, whose nested guard's release (one level)
+/// reaches Redis after the last guard's (every level, the lock kept until
+/// its minimum): the late one finds nothing to give back, and leaves the
+/// lock taken until its minimum ends. It freed the lock before.
+#[tokio::test]
+async fn a_nested_release_after_the_last_leaves_a_lock_held_at_least_kept() {
+    let _turn = take_turn().await;
+    let (server, [locks]) = start_server_with_clients().await;
+    let name = unique_key("telemetry-kept");
+    let outer = ok(
+        &server,
+        locks
+            .lock(name.as_str())
+            .lock_at_least(Duration::from_secs(20))
+            .acquire()
+            .await,
+    );
+    let inner = outer
+        .scope(locks.lock(name.as_str()).acquire())
+        .await
+        .expect("in scope");
+    let inner = ok(&server, inner);
+    metrics();
+
+    drop(inner);
+    ok(&server, outer.release().await);
+    within(&server, Duration::from_secs(5), "both holds ended", async {
+        while spans()
+            .of(&name)
+            .iter()
+            .filter(|s| s.contains_key("outcome"))
+            .count()
+            < 2
+        {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await;
+    assert_eq!(metrics().counter(LOCK_LOST_TOTAL, &[]), 0);
+    let key = lock_key(&name);
+    assert_eq!(server.cli(&["HGET", &key, "count"]), "0", "kept");
+    let left: i64 = server.cli(&["PTTL", &key]).parse().unwrap();
+    assert!(left > 15_000, "kept for {left} ms");
+}

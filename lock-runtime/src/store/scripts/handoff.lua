@@ -27,7 +27,8 @@
 --
 -- KEYS[1]      the lock hash
 -- KEYS[2..4]   its release channel, line of waiters and their
---              liveness (release.lua)
+--              liveness (the release, give_back below, names them itself
+--              from KEYS[1], as release.lua does)
 -- KEYS[5]      the fencing counter of the lock's hash slot
 -- KEYS[6..8]   its readers, waiting-writer marker and waiting-readers
 --              marker (acquire.lua)

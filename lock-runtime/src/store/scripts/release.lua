@@ -75,6 +75,12 @@ for i = 1, n do
     if left_line and not held[1] then
       name_next(channel(i), queue, alive)
     end
+  elseif held[2] == '0' and ARGV[2] ~= '1' then
+    -- Kept after its last release (ARGV[3] below), which gave back every
+    -- level: a release of one level that comes after it (a nested guard's,
+    -- held up) has nothing left to give back, and must not free the lock
+    -- before its time.
+    result[i] = -1
   else
     local count = 0
     if ARGV[2] ~= '1' then
