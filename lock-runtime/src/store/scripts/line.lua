@@ -19,25 +19,33 @@ local function line_lasts(queue, alive, stay)
   keep_for(alive, stay)
 end
 
--- What a release announces: the first owner id in the lock's line of
--- waiters that still counts as waiting (its time in `alive` has not run
--- out), so that exactly that waiter wakes, or "released" for anyone.
--- Waiters that stopped trying (died, gave up silently) are dropped on the
--- way, so that a release never names one that is gone and stalls the line.
-local function next_in_line(queue, alive)
+-- The first waiter in the line (`queue`, `alive`) whose place still counts
+-- (its time in `alive` has not run out), and how long it still does (ms);
+-- nil when there is none. Waiters before it that stopped trying (died, gave
+-- up silently) leave the line on the way, so that none that is gone stalls
+-- it. `own`, an owner id or nil, is returned as it is when it comes first,
+-- counting or not (and no time left): a caller's own place is its own.
+local function first_live(queue, alive, own)
   local now = now_ms()
   while true do
     local first = redis.call('ZRANGE', queue, 0, 0)[1]
-    if not first then
-      return 'released'
+    if not first or first == own then
+      return first, nil
     end
-    local until_ms = redis.call('ZSCORE', alive, first)
-    if until_ms and tonumber(until_ms) > now then
-      return first
+    local left = tonumber(redis.call('ZSCORE', alive, first) or '0') - now
+    if left > 0 then
+      return first, left
     end
     redis.call('ZREM', queue, first)
     redis.call('ZREM', alive, first)
   end
+end
+
+-- What a release announces: the first owner id in the lock's line of
+-- waiters that still counts as waiting (see first_live), so that exactly
+-- that waiter wakes, or "released" for anyone.
+local function next_in_line(queue, alive)
+  return first_live(queue, alive) or 'released'
 end
 
 -- How many times in a row a plain lock (see acquire.lua) may be taken past
@@ -95,24 +103,13 @@ end
 -- that stopped counting leave the line (as in next_in_line), so that one
 -- that died does not lift the bound for those behind it.
 local function first_waiter(queue, alive, passed, owner)
-  local now = now_ms()
-  while true do
-    local first = redis.call('ZRANGE', queue, 0, 0)[1]
-    if not first or first == owner then
-      return nil
-    end
-    local left = tonumber(redis.call('ZSCORE', alive, first) or '0') - now
-    if left > 0 then
-      local mine = client_of(owner)
-      if mine and mine == client_of(first) then
-        return nil
-      end
-      local seen = redis.call('HMGET', passed, 'first', 'n')
-      return first, seen[1] == first and tonumber(seen[2]) or 0, left
-    end
-    redis.call('ZREM', queue, first)
-    redis.call('ZREM', alive, first)
+  local first, left = first_live(queue, alive, owner)
+  local mine = client_of(owner)
+  if not first or first == owner or (mine and mine == client_of(first)) then
+    return nil
   end
+  local seen = redis.call('HMGET', passed, 'first', 'n')
+  return first, seen[1] == first and tonumber(seen[2]) or 0, left
 end
 
 -- Retires `owner` from the lock or leased set `key` for `ms` (see gone_key
