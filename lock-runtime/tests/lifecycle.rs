@@ -213,11 +213,7 @@ async fn a_locked_body_gets_the_token_of_its_critical_section() {
 /// lock stayed taken for its lease.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shutdown_reports_a_dropped_guard_s_release_that_redis_did_not_get() {
-    let server = RedisServer::start();
-    let proxy = lock_testkit::Proxy::start(server.port())
-        .await
-        .expect("proxy");
-    let locks = common::connect(common::builder_for(proxy.url().as_str())).await;
+    let (server, proxy, locks) = through_proxy().await;
     let name = unique_key("dropped-at-shutdown");
     let guard = ok(
         &server,
@@ -255,11 +251,7 @@ async fn shutdown_reports_a_dropped_guard_s_release_that_redis_did_not_get() {
 /// lease.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shutdown_waits_for_a_release_sent_again_in_the_background() {
-    let server = RedisServer::start();
-    let proxy = lock_testkit::Proxy::start(server.port())
-        .await
-        .expect("proxy");
-    let locks = common::connect(common::builder_for(proxy.url().as_str())).await;
+    let (server, proxy, locks) = through_proxy().await;
     let name = unique_key("sent-again-at-shutdown");
     let guard = ok(
         &server,
@@ -295,4 +287,15 @@ async fn shutdown_waits_for_a_release_sent_again_in_the_background() {
         Ok(()) => drop(ok(&server, taken)),
         Err(err) => assert!(err.is_unavailable(), "{err:?}"),
     }
+}
+
+/// A server, a proxy in front of it, and a client connected through the
+/// proxy (whose connections a test can strand).
+async fn through_proxy() -> (RedisServer, lock_testkit::Proxy, LockClient) {
+    let server = RedisServer::start();
+    let proxy = lock_testkit::Proxy::start(server.port())
+        .await
+        .expect("proxy");
+    let locks = common::connect(common::builder_for(proxy.url().as_str())).await;
+    (server, proxy, locks)
 }
