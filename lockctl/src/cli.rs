@@ -251,8 +251,9 @@ pub(crate) enum Command {
     },
     /// Print each change of a lock's holders as it happens, until Ctrl-C.
     ///
-    /// Releases are seen at once (the release channel); acquisitions at
-    /// the next read, every `--interval-ms`.
+    /// Releases are seen at once (the release channel), except one that
+    /// names another client's waiter in line (sent to that client alone);
+    /// those and acquisitions at the next read, every `--interval-ms`.
     Watch {
         /// The lock's name.
         name: String,

@@ -96,7 +96,9 @@ impl LockClient {
     /// Shuts the client down, for a service that is stopping (on SIGTERM):
     ///
     /// 1. it takes no more locks: acquisitions fail with
-    ///    [`LockError::ShutDown`], and those waiting end so;
+    ///    [`LockError::ShutDown`], and those waiting end so; a release that
+    ///    Redis did not answer before, waiting to be sent again in the
+    ///    background, is sent at once (and waited for, as in 2);
     /// 2. every hold is told it is lost ([`LossReason::ShutDown`]), so that
     ///    bodies under `#[distributed_lock]` or
     ///    [`LockGuard::lost`](crate::LockGuard::lost) stop, and their guards,
@@ -105,9 +107,7 @@ impl LockClient {
     /// 3. after up to the command timeout for that, it gives back whatever
     ///    is still held (a guard kept past the loss), every level at once,
     ///    so that other instances take the locks at once instead of after
-    ///    their leases; a release that Redis did not answer before, waiting
-    ///    to be sent again in the background, is sent at once, and waited
-    ///    for too;
+    ///    their leases;
     /// 4. it stops the watchdog and the subscriber.
     ///
     /// Clones of the client share its state: all of them are shut down.

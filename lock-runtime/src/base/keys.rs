@@ -52,7 +52,9 @@
 //! a key: `ENC` is injective and its output has no braces, so a key without
 //! a tag has exactly one `}` (where it ends) and a key with one exactly two
 //! (the second where it ends); the suffixes of the companion keys and the
-//! channel have no braces, so the last `}` of any key marks where its lock
+//! channel have no braces (a client's own channel for a lock, a channel and
+//! never a key, ends in its owner part, which may), so the last `}` of any
+//! key marks where its lock
 //! key ends and what follows names the companion; and fencing counters start
 //! with `PREFIXfence:`, where lock keys start with `PREFIX{` (a prefix has no
 //! braces: the builder refuses it). Every key of a lock starts with the same

@@ -36,7 +36,8 @@
 --
 -- Returns, per lock, the remaining re-entry count (0: released and
 -- published), or -1 when the caller does not hold it (expired, someone
--- else's, or granted again since the grant a give-back names).
+-- else's, or granted again since the grant a give-back names) or gave
+-- back its every level already (kept until its minimum, see below).
 local n = #KEYS
 local ms = tonumber(ARGV[5] or '0')
 -- Lock i's release channel, line of waiters and their liveness.
