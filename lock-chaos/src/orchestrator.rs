@@ -46,7 +46,8 @@ pub struct RunInfo {
 }
 
 /// `git` commit of the workspace this binary was built from, best effort,
-/// and whether the runtime or the fault suite had changes beyond it.
+/// and whether the runtime, the fault suite or Cargo.lock had changes
+/// beyond it.
 fn revision() -> String {
     let root = concat!(env!("CARGO_MANIFEST_DIR"), "/..");
     let measured = ["lock-runtime", "lock-chaos", "Cargo.lock"];
@@ -61,7 +62,11 @@ fn revision() -> String {
         }) => {
             format!("commit {commit} with uncommitted changes")
         }
-        _ => "an unknown commit".into(),
+        Some(Revision {
+            commit,
+            changed: None,
+        }) => format!("commit {commit} (git could not tell whether it had uncommitted changes)"),
+        None => "an unknown commit".into(),
     }
 }
 

@@ -62,7 +62,7 @@ impl ClosingReleases {
             .await
             .is_err()
         {
-            tracing::debug!("releases of dropped guards still under way");
+            tracing::debug!("releases and give-backs still under way");
         }
         let mut first = self.first_failure.lock().unwrap_or_else(|e| e.into_inner());
         first.take()

@@ -18,8 +18,8 @@
 //!   lock past its first waiter;
 //! * `lock:{order:42}:released`: the pub/sub channel its release is announced
 //!   on; `lock:{order:42}:released:NAME@HOST:PID/CLIENT`, one client's own
-//!   channel for it, where a release naming a waiter of that client goes
-//!   (see `wake` in line.lua);
+//!   channel for it, where a plain or fair lock's release naming a waiter
+//!   of that client in line goes (see `wake` in line.lua);
 //! * `lock:{order:42}:gone:OWNER` and `lock:{order:42}:readers:gone:OWNER`,
 //!   for a while after an acquisition whose answer was lost was given back:
 //!   the owner id `OWNER` is retired, and a late acquire call of it is

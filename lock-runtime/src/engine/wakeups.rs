@@ -6,12 +6,15 @@
 //! wakes one of them (in arrival order), not all, and a woken waiter that
 //! gives up passes the wake-up on (tokio's `Notify` does that). A message
 //! that names a waiter of another client (the first in the lock's line, see
-//! acquire.lua) wakes none of them: only that client's tries. Such a
-//! message goes to that client alone, on the lock's channel followed by
-//! `:` and the client's part of its owner ids (its *inbox* for that lock,
-//! see `wake` in line.lua): each watched channel is subscribed together
-//! with its inbox, and Redis writes a release naming a waiter to one
-//! client, not to every client with waiters for the lock.
+//! acquire.lua) wakes none of them: only that client's tries. A release
+//! of a plain or fair lock, or a waiter leaving its line, sends such a
+//! message to that client alone, on the lock's channel followed by `:` and
+//! the client's part of its owner ids (its *inbox* for that lock, see
+//! `wake` in line.lua), unless a waiter not in line waits for the lock
+//! too: each watched channel is subscribed together with its inbox, and
+//! Redis writes such a release to one client, not to every client with
+//! waiters for the lock. (A read lock's or a semaphore's release still
+//! names its first fair waiter on the lock's channel.)
 //!
 //! Subscriptions are made by one task, in the order the watch counts
 //! changed, and that task unsubscribes from a channel only once it is out

@@ -205,7 +205,6 @@ impl Held {
         self.timing().guards == 0
     }
 
-    /// Whether the watchdog renews it (not a fixed lease).
     /// Whether the hold reached its `max_hold` cap.
     pub(crate) fn at_cap(&self) -> bool {
         self.timing().at_cap()
