@@ -7,7 +7,7 @@ mod common;
 use std::time::Duration;
 
 use common::{client, ok, start_server_with_clients, until, within};
-use lock_runtime::{LockClient, LockError, LossReason};
+use lock_runtime::{LockClient, LockError, LockGuard, LossReason};
 use lock_testkit::{RedisServer, unique_key};
 
 /// Waits until `watcher` sees a client subscribed to `name`'s release
@@ -213,16 +213,8 @@ async fn a_locked_body_gets_the_token_of_its_critical_section() {
 /// lock stayed taken for its lease.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shutdown_reports_a_dropped_guard_s_release_that_redis_did_not_get() {
-    let (server, proxy, locks) = through_proxy().await;
     let name = unique_key("dropped-at-shutdown");
-    let guard = ok(
-        &server,
-        locks
-            .lock(name.as_str())
-            .lease(Duration::from_secs(20))
-            .acquire()
-            .await,
-    );
+    let (server, proxy, locks, guard) = holding_through_proxy(&name, Duration::from_secs(20)).await;
     // A body that stops when its lock is lost, as the attribute's does.
     let body = tokio::spawn(async move {
         guard.lost().await;
@@ -230,13 +222,7 @@ async fn shutdown_reports_a_dropped_guard_s_release_that_redis_did_not_get() {
     });
     // The connections open now go dead for good.
     proxy.strand();
-    let shut = within(
-        &server,
-        Duration::from_secs(10),
-        "shutdown",
-        locks.shutdown(),
-    )
-    .await;
+    let shut = shut_down(&server, &locks).await;
     assert!(
         matches!(&shut, Err(err) if err.is_unavailable()),
         "{shut:?}"
@@ -251,16 +237,8 @@ async fn shutdown_reports_a_dropped_guard_s_release_that_redis_did_not_get() {
 /// lease.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shutdown_waits_for_a_release_sent_again_in_the_background() {
-    let (server, proxy, locks) = through_proxy().await;
     let name = unique_key("sent-again-at-shutdown");
-    let guard = ok(
-        &server,
-        locks
-            .lock(name.as_str())
-            .lease(Duration::from_secs(30))
-            .acquire()
-            .await,
-    );
+    let (server, proxy, locks, guard) = holding_through_proxy(&name, Duration::from_secs(30)).await;
     // The connections open now go dead; new ones work.
     proxy.strand();
     let released = guard.release().await;
@@ -270,13 +248,7 @@ async fn shutdown_waits_for_a_release_sent_again_in_the_background() {
     );
     // The release is sent again after a pause of the command timeout
     // (500 ms): the shutdown comes within it.
-    let shut = within(
-        &server,
-        Duration::from_secs(10),
-        "shutdown",
-        locks.shutdown(),
-    )
-    .await;
+    let shut = shut_down(&server, &locks).await;
     let other = client(&server).await;
     let taken = other
         .lock(name.as_str())
@@ -289,13 +261,29 @@ async fn shutdown_waits_for_a_release_sent_again_in_the_background() {
     }
 }
 
-/// A server, a proxy in front of it, and a client connected through the
-/// proxy (whose connections a test can strand).
-async fn through_proxy() -> (RedisServer, lock_testkit::Proxy, LockClient) {
+/// A server, a proxy in front of it, a client connected through the proxy
+/// (whose connections a test can strand), and that client's guard of
+/// `name`, taken with `lease`.
+async fn holding_through_proxy(
+    name: &str,
+    lease: Duration,
+) -> (RedisServer, lock_testkit::Proxy, LockClient, LockGuard) {
     let server = RedisServer::start();
     let proxy = lock_testkit::Proxy::start(server.port())
         .await
         .expect("proxy");
     let locks = common::connect(common::builder_for(proxy.url().as_str())).await;
-    (server, proxy, locks)
+    let guard = ok(&server, locks.lock(name).lease(lease).acquire().await);
+    (server, proxy, locks, guard)
+}
+
+/// `locks.shutdown()`, failing the test if it takes over 10 s.
+async fn shut_down(server: &RedisServer, locks: &LockClient) -> Result<(), LockError> {
+    within(
+        server,
+        Duration::from_secs(10),
+        "shutdown",
+        locks.shutdown(),
+    )
+    .await
 }
