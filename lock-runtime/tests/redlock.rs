@@ -518,3 +518,87 @@ async fn a_late_grant_given_back_refused_by_one_master_is_followed_by_a_retry() 
         .expect("taken once the masters answer in time");
     guard.release().await.expect("release");
 }
+
+/// The last release of a read-write lock's write side taken under a hold
+/// of its read side (an upgrade) gives back one level, not every level: it
+/// returns once a majority of masters answered, and a slower master may run
+/// it only after the same hold took the write side again there (through a
+/// connection opened since). It then counts that grant down rather than
+/// freeing it. It freed the later grant on that master before, under a
+/// holder that counted on it (with one more master failing, another client
+/// could take the write side too).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_late_release_of_an_upgrade_leaves_the_upgrade_taken_again() {
+    let masters = RedisServer::start_many(3);
+    let proxy = Proxy::start(masters[2].port()).await.expect("proxy");
+    let urls = [masters[0].url(), masters[1].url(), proxy.url()];
+    let timeout = Duration::from_millis(300);
+    let locks = connect(builder_for(Deployment::redlock(urls)).command_timeout(timeout)).await;
+    let name = unique_key("late-upgrade-release");
+    let key = common::lock_key(&name);
+    let lease = Duration::from_secs(30);
+    let read = locks.read_lock(name.as_str()).lease(lease);
+    let read = read.acquire().await.expect("read");
+    let upgrade = || {
+        let request = locks.write_lock(name.as_str()).lease(lease);
+        request.wait(Duration::ZERO).acquire()
+    };
+    // The third master's count of the write side's levels ("": free), and
+    // a wait for it to reach `levels` (an acquisition returns once the
+    // other two granted it).
+    let count = || masters[2].cli(&["HGET", &key, "count"]);
+    let granted_there = |levels: &'static str| {
+        within(
+            &masters[2],
+            Duration::from_secs(1),
+            "the grant",
+            async move {
+                while count() != levels {
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                }
+            },
+        )
+    };
+    read.scope(async {
+        let write = upgrade().await.expect("upgrade");
+        granted_there("1").await;
+        // What reaches the third master from now on is held back 2 s:
+        // the release returns on the other two.
+        proxy.set_delay(Duration::from_secs(2));
+        write.release().await.expect("released on a majority");
+        // A second call the third master leaves unanswered makes the
+        // client replace its connection to it (once both timed out).
+        let probe = locks.lock(unique_key("probe")).try_acquire().await;
+        drop(probe.expect("taken on a majority"));
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        proxy.set_delay(Duration::ZERO);
+        tokio::time::sleep(3 * timeout).await;
+
+        // Taken again on the third master too (re-entering there what the
+        // release is still to free), before the release reaches it; then
+        // the release does.
+        let again = upgrade().await.expect("upgrade again");
+        granted_there("2").await;
+        within(
+            &masters[2],
+            Duration::from_secs(10),
+            "the late release",
+            async {
+                while count() == "2" {
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                }
+            },
+        )
+        .await;
+        assert!(
+            has_key(&masters[2], &name),
+            "the late release freed the write side taken again"
+        );
+        assert_eq!(count(), "1");
+        again.release().await.expect("release");
+    })
+    .await
+    .expect("not lost");
+    read.release().await.expect("release");
+    assert!(!has_key(&masters[2], &name));
+}

@@ -425,6 +425,16 @@ impl LockGuard {
     /// stops with its future, and the enclosing guard's release then frees
     /// that level too.
     ///
+    /// An upgrade's or a downgrade's last guard (one side of a read-write
+    /// lock, taken while this task holds the other side) gives back one
+    /// level instead: the hold of the other side may take this side again,
+    /// and a release that reaches Redis after that (on Redlock, a master
+    /// slower than the majority the release returned on) counts the new
+    /// grant down rather than freeing it. Whatever such a release leaves
+    /// held (it failed, or a re-entry whose answer was lost counted one
+    /// more in Redis) is given back whole when the hold of the other side
+    /// is released.
+    ///
     /// # Errors
     ///
     /// [`LockError::Lost`] when the lock was lost before the release, or
@@ -498,8 +508,10 @@ async fn end(
         // was lost may have counted one more in Redis than guards here, and
         // every level at once is safe to send again after a failure that
         // leaves open whether it ran. Not for a lock lost before: the same
-        // owner may hold it anew.
-        let whole = last && (lost_before.is_none() || shut_down);
+        // owner may hold it anew. Nor for an upgrade or a downgrade (see
+        // `within_other_side`).
+        let within_other_side = last && within_other_side(client, held);
+        let whole = last && (lost_before.is_none() || shut_down) && !within_other_side;
         let keep = keep_until.map_or(Duration::ZERO, |until| {
             until.saturating_duration_since(Instant::now())
         });
@@ -509,6 +521,9 @@ async fn end(
             }
         }
         let released = give_back(client, held, whole, keep).await;
+        if within_other_side && !settled(&released) {
+            mark_unsettled(client, held);
+        }
         let other_side = if last {
             unsettled_other_side(client, held)
         } else {
@@ -582,9 +597,12 @@ fn give_back_later(
     // An upgrade or a downgrade shares its owner id with the other side of
     // the read-write lock, held by an enclosing scope that may take this
     // side again meanwhile (asking for the other side, which no retirement
-    // refuses): a give-back sent late could free that. The lock is then
-    // left to its lease, as before.
+    // refuses): a give-back sent late could free that. Its last release
+    // gives back one level and does not come here (see
+    // `within_other_side`), unless the other side was taken since: then
+    // the hold of the other side gives it back when it ends.
     if held.iter().any(|held| holds_either_side(inner, held)) {
+        mark_unsettled(inner, held);
         return;
     }
     let keys = keys_of(held).into_owned();
@@ -623,6 +641,50 @@ fn unsettled_other_side(client: &Arc<Inner>, held: &[Arc<Held>]) -> Option<Store
     }
     let other = Stored::other_side(held.tracked.kind(), &held.keys)?;
     (!holds_either_side(client, held)).then_some(other)
+}
+
+/// Whether `held`'s lock is one side of a read-write lock whose other side a
+/// guard of this client holds under the same owner id: an upgrade or a
+/// downgrade, made within that hold, which may take this side again.
+///
+/// Its last guard gives back one level rather than every level. A release
+/// can reach Redis after the same hold took this side again: on Redlock it
+/// returns once a majority of masters answered, and a slower master may
+/// run it only then (the new grant went out on a connection opened since
+/// the one that carries it); anywhere, a release that got no answer may
+/// still run. Every level at once would free that new grant there; one
+/// level counts it down (it re-entered what the release was to free).
+fn within_other_side(client: &Inner, held: &[Arc<Held>]) -> bool {
+    let [held] = held else {
+        return false;
+    };
+    let registry = &client.registry;
+    Stored::other_side(held.tracked.kind(), &held.keys)
+        .is_some_and(|other| registry.renewed(&held.keys, &other, &held.owner).is_some())
+}
+
+/// Whether a last release of one level (see [`within_other_side`]) left
+/// nothing of its side held: it failed (it may never run, or run only
+/// later), or levels were left (a re-entry whose answer was lost counted
+/// one more in Redis than guards here).
+fn settled(released: &Result<Vec<Released>, LockError>) -> bool {
+    released.as_ref().is_ok_and(|released| {
+        released
+            .iter()
+            .all(|r| !matches!(r, Released::StillHeld(_)))
+    })
+}
+
+/// Marks the hold of the other side that `held` (an upgrade or a
+/// downgrade) was taken under: its side may still be held in Redis with no
+/// guard for it, and that hold's last guard gives it back whole once its
+/// own release is answered (see [`unsettled_other_side`]).
+fn mark_unsettled(client: &Inner, held: &[Arc<Held>]) {
+    for held in held {
+        if let Some(other) = Stored::other_side(held.tracked.kind(), &held.keys) {
+            (client.registry).other_side_unsettled(&held.keys, &other, &held.owner);
+        }
+    }
 }
 
 /// Whether a guard of this client holds `held`'s lock under its owner id:
