@@ -341,7 +341,6 @@ pub(crate) struct Next<'a> {
 pub(crate) fn handoff(lock: &LockKeys, owner: &str, giving: Giving, offers: &[Next<'_>]) -> Call {
     let keys = vec![
         lock.lock.clone(),
-        lock.channel(),
         lock.queue(),
         lock.queue_alive(),
         lock.fence.to_string(),
