@@ -471,3 +471,107 @@ async fn an_upgrade_left_with_levels_is_given_back_with_the_read_hold() {
     let writer = locks.write_lock(name.as_str()).wait(Duration::ZERO);
     ok(&server, ok(&server, writer.acquire().await).release().await);
 }
+
+/// A client of `server` through a proxy (to hold its calls back), with a
+/// 300 ms command timeout.
+async fn through_proxy(
+    server: &lock_testkit::RedisServer,
+) -> (lock_testkit::Proxy, lock_runtime::LockClient) {
+    let proxy = lock_testkit::Proxy::start(server.port())
+        .await
+        .expect("proxy");
+    let builder = common::builder_for(proxy.url().as_str());
+    let locks = common::connect(builder.command_timeout(Duration::from_millis(300))).await;
+    (proxy, locks)
+}
+
+/// As above, with the read hold's release sent while the upgrade's is on
+/// its way (its caller gave up on it): the hold that would give back what
+/// the upgrade's release left had already ended. The write side is given
+/// back at once instead. It stayed taken by nobody for its lease before.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_upgrade_left_with_levels_after_the_read_hold_ended_is_given_back() {
+    let server = lock_testkit::RedisServer::start();
+    let (proxy, locks) = through_proxy(&server).await;
+    let name = unique_key("upgrade-levels-late");
+    let key = lock_key(&name);
+    let lease = Duration::from_secs(30);
+    let read = ok(
+        &server,
+        locks.read_lock(name.as_str()).lease(lease).acquire().await,
+    );
+    read.scope(async {
+        let write = locks.write_lock(name.as_str()).lease(lease);
+        let write = ok(&server, write.wait(Duration::ZERO).acquire().await);
+        server.cli(&["HINCRBY", &key, "count", "1"]);
+        proxy.set_delay(Duration::from_millis(100));
+        // Given up on: it goes on in a task of its own.
+        let release = tokio::time::timeout(Duration::from_millis(10), write.release());
+        assert!(release.await.is_err(), "the release was held back");
+    })
+    .await
+    .expect("not lost");
+    ok(&server, read.release().await);
+    within(
+        &server,
+        Duration::from_secs(10),
+        "the write side given back",
+        async {
+            while server.cli(&["EXISTS", &key]) == "1" {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        },
+    )
+    .await;
+}
+
+/// A downgrade's write side kept until its minimum (`lock_at_least`) whose
+/// release got no answer, given back with the read hold it was released
+/// under, stays taken until that minimum. It was freed with the read hold
+/// before.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_downgrade_left_held_keeps_its_minimum_when_given_back() {
+    let server = lock_testkit::RedisServer::start();
+    let (proxy, locks) = through_proxy(&server).await;
+    let name = unique_key("downgrade-kept");
+    let key = lock_key(&name);
+    let write = locks
+        .write_lock(name.as_str())
+        .lease(Duration::from_secs(30));
+    let write = ok(
+        &server,
+        write.lock_at_least(Duration::from_secs(20)).acquire().await,
+    );
+    let read = write
+        .scope(async {
+            locks
+                .read_lock(name.as_str())
+                .wait(Duration::ZERO)
+                .acquire()
+                .await
+        })
+        .await
+        .expect("not lost");
+    let read = ok(&server, read);
+    // The write side's release runs only after its caller heard nothing.
+    proxy.set_delay(Duration::from_millis(600));
+    let released = write.release().await;
+    assert!(released.is_err(), "{released:?}");
+    proxy.set_delay(Duration::ZERO);
+    within(&server, Duration::from_secs(5), "the late release", async {
+        while server.cli(&["HGET", &key, "count"]) != "0" {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await;
+    ok(&server, read.release().await);
+    // Given back whole with the read hold, and still kept until its minimum.
+    within(&server, Duration::from_secs(5), "the give-back", async {
+        while server.cli(&["KEYS", &format!("{key}:gone:*")]).is_empty() {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await;
+    let ttl: i64 = server.cli(&["PTTL", &key]).parse().unwrap();
+    assert!(ttl > 10_000, "kept until its minimum: {ttl} ms left");
+}

@@ -425,15 +425,17 @@ impl LockGuard {
     /// stops with its future, and the enclosing guard's release then frees
     /// that level too.
     ///
-    /// An upgrade's or a downgrade's last guard (one side of a read-write
-    /// lock, taken while this task holds the other side) gives back one
-    /// level instead: the hold of the other side may take this side again,
-    /// and a release that reaches Redis after that (on Redlock, a master
-    /// slower than the majority the release returned on) counts the new
-    /// grant down rather than freeing it. Whatever such a release leaves
-    /// held (it failed, or a re-entry whose answer was lost counted one
-    /// more in Redis) is given back whole when the hold of the other side
-    /// is released.
+    /// The last guard of one side of a read-write lock released while this
+    /// task still holds the other side (after an upgrade or a downgrade)
+    /// gives back one level instead: the hold of the other side may take
+    /// this side again, and a release that reaches Redis after that (on
+    /// Redlock, a master slower than the majority the release returned on)
+    /// counts the new grant down rather than freeing it. Whatever such a
+    /// release leaves held (it failed, or a re-entry whose answer was lost
+    /// counted one more in Redis) is given back whole, kept until its
+    /// [`lock_at_least`](crate::LockRequest::lock_at_least) minimum, when
+    /// the hold of the other side is released (at once if that release
+    /// began first).
     ///
     /// # Errors
     ///
@@ -522,7 +524,7 @@ async fn end(
         }
         let released = give_back(client, held, whole, keep).await;
         if within_other_side && !settled(&released) {
-            mark_unsettled(client, held);
+            mark_unsettled(client, held, keep_until);
         }
         let other_side = if last {
             unsettled_other_side(client, held)
@@ -587,7 +589,7 @@ fn give_back_later(
     held: &[Arc<Held>],
     keep_until: Option<Instant>,
     err: &LockError,
-    other_side: Option<Stored>,
+    other_side: Option<Side>,
 ) {
     if !err.is_unavailable() {
         give_back_other_side(client, held, other_side);
@@ -602,7 +604,7 @@ fn give_back_later(
     // `within_other_side`), unless the other side was taken since: then
     // the hold of the other side gives it back when it ends.
     if held.iter().any(|held| holds_either_side(inner, held)) {
-        mark_unsettled(inner, held);
+        mark_unsettled(client, held, keep_until);
         return;
     }
     let keys = keys_of(held).into_owned();
@@ -611,7 +613,7 @@ fn give_back_later(
     // This side first: the call that may have taken the other side needs
     // this one held (see `give_back_other_side`).
     let mut sides = vec![(held[0].stored.clone(), keep_until)];
-    sides.extend(other_side.map(|other| (other, None)));
+    sides.extend(other_side);
     let owners = vec![held[0].owner.clone()];
     inner.retire_later(label, keys, sides, owners, resend_after(inner));
 }
@@ -623,24 +625,27 @@ fn resend_after(client: &Inner) -> Duration {
     client.config.command_timeout
 }
 
+/// One side of a read-write lock to give back, and until when it stays
+/// taken at least (`lock_at_least`), if it does.
+type Side = (Stored, Option<Instant>);
+
 /// The other side of the read-write lock of `held` (a last guard's lock)
 /// that an upgrade or a downgrade made from it, whose answer was lost, may
-/// have taken with no guard for it (see `Held::other_side_unsettled`).
+/// have taken, or whose release left held, with no guard for it (see
+/// `Held::other_side_unsettled`), with the time it stays taken until.
 /// None when a guard of this client holds either side under the same owner
 /// id: that one's last release gives back every level of its side, and the
 /// owner id may still ask for the other. Once neither is held here, nothing
 /// asks for the lock under that owner id again (a re-entry, an upgrade or a
 /// downgrade needs a hold here), so giving back, and retiring the owner id
 /// from, that side refuses and frees nothing anyone holds or asks for.
-fn unsettled_other_side(client: &Arc<Inner>, held: &[Arc<Held>]) -> Option<Stored> {
+fn unsettled_other_side(client: &Arc<Inner>, held: &[Arc<Held>]) -> Option<Side> {
     let [held] = held else {
         return None;
     };
-    if !held.other_side_unsettled() {
-        return None;
-    }
+    let keep_until = held.other_side_unsettled()?;
     let other = Stored::other_side(held.tracked.kind(), &held.keys)?;
-    (!holds_either_side(client, held)).then_some(other)
+    (!holds_either_side(client, held)).then_some((other, keep_until))
 }
 
 /// Whether `held`'s lock is one side of a read-write lock whose other side a
@@ -676,13 +681,22 @@ fn settled(released: &Result<Vec<Released>, LockError>) -> bool {
 }
 
 /// Marks the hold of the other side that `held` (an upgrade or a
-/// downgrade) was taken under: its side may still be held in Redis with no
-/// guard for it, and that hold's last guard gives it back whole once its
-/// own release is answered (see [`unsettled_other_side`]).
-fn mark_unsettled(client: &Inner, held: &[Arc<Held>]) {
+/// downgrade, whose guard kept it taken until `keep_until`, if given) was
+/// taken under: its side may still be held in Redis with no guard for it,
+/// and that hold's last guard gives it back whole once its own release is
+/// answered (see [`unsettled_other_side`]), kept until then. A hold that
+/// began ending meanwhile (its release was sent while this one was on its
+/// way) would not: the side is given back whole now instead. Nothing asks
+/// for the lock under that owner id any more, as when that hold gives it
+/// back.
+fn mark_unsettled(client: &Arc<Inner>, held: &[Arc<Held>], keep_until: Option<Instant>) {
     for held in held {
-        if let Some(other) = Stored::other_side(held.tracked.kind(), &held.keys) {
-            (client.registry).other_side_unsettled(&held.keys, &other, &held.owner);
+        let Some(other) = Stored::other_side(held.tracked.kind(), &held.keys) else {
+            continue;
+        };
+        let registry = &client.registry;
+        if !registry.other_side_unsettled(&held.keys, &other, &held.owner, keep_until) {
+            give_back_side(client, held, (held.stored.clone(), keep_until));
         }
     }
 }
@@ -701,21 +715,21 @@ fn holds_either_side(client: &Inner, held: &Held) -> bool {
 /// after the release of `held`'s own side: the lost call, if Redis runs it
 /// only now, finds that side no longer held and takes nothing (asking for
 /// the other side needs this one held).
-fn give_back_other_side(client: &Arc<Inner>, held: &[Arc<Held>], other_side: Option<Stored>) {
-    let (Some(other), [held]) = (other_side, held) else {
+fn give_back_other_side(client: &Arc<Inner>, held: &[Arc<Held>], other_side: Option<Side>) {
+    let (Some(side), [held]) = (other_side, held) else {
         return;
     };
-    tracing::debug!(key = %held.name, "giving back the other side an unanswered upgrade or downgrade may have taken");
+    tracing::debug!(key = %held.name, "giving back the other side an upgrade or a downgrade may have left held");
+    give_back_side(client, held, side);
+}
+
+/// Gives back `side` of `held`'s lock whole, and retires `held`'s owner id
+/// from it, in the background, sent again until Redis answers.
+fn give_back_side(client: &Arc<Inner>, held: &Held, side: Side) {
     let locks = vec![held.keys.clone()];
     let owners = vec![held.owner.clone()];
-    let sides = vec![(other, None)];
-    client.retire_later(
-        held.name.clone(),
-        locks,
-        sides,
-        owners,
-        resend_after(client),
-    );
+    let label = held.name.clone();
+    client.retire_later(label, locks, vec![side], owners, resend_after(client));
 }
 
 /// Records how a hold of `held` ended.

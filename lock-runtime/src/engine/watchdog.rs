@@ -65,9 +65,11 @@ pub(crate) struct Held {
     pub(crate) tracked: Tracked,
     /// An upgrade or a downgrade under this hold's owner id (asking for
     /// the other side of the read-write lock) went unanswered: it may have
-    /// taken the other side in Redis with no guard for it. The last guard
-    /// of this hold gives the other side back too.
-    other_side_unsettled: AtomicBool,
+    /// taken the other side in Redis with no guard for it, or its release
+    /// left it held (see `guard.rs`, `mark_unsettled`). The last guard of
+    /// this hold gives the other side back too: kept taken until the time
+    /// held here (`lock_at_least`), if there is one.
+    other_side_unsettled: Mutex<Option<Option<Instant>>>,
     /// A guard of it gave back every level at once (see `guard.rs`,
     /// `end`): a release of another guard of it that reaches Redis after
     /// that finds the lock gone, and its level went with it.
@@ -180,10 +182,14 @@ impl Held {
         self.reason.get().is_some()
     }
 
-    /// Whether an upgrade or downgrade under this hold's owner id went
-    /// unanswered (see [`Registry::other_side_unsettled`]).
-    pub(crate) fn other_side_unsettled(&self) -> bool {
-        self.other_side_unsettled.load(Ordering::Relaxed)
+    /// Whether the other side may be held in Redis with no guard for it
+    /// (see [`Registry::other_side_unsettled`]), and if so, until when it
+    /// stays taken at least (`None`: no such time).
+    pub(crate) fn other_side_unsettled(&self) -> Option<Option<Instant>> {
+        *self
+            .other_side_unsettled
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
     }
 
     /// Records that a guard of it gives back every level at once: set
@@ -430,7 +436,7 @@ impl Registry {
             reason: OnceLock::new(),
             groups: Mutex::new(Vec::new()),
             tracked: acquired.tracked,
-            other_side_unsettled: AtomicBool::new(false),
+            other_side_unsettled: Mutex::new(None),
             given_back_whole: AtomicBool::new(false),
         });
         let due = {
@@ -466,11 +472,32 @@ impl Registry {
 
     /// An upgrade or a downgrade under `owner` went unanswered: marks the
     /// hold of the other side it was made from (the lock `keys` stored as
-    /// `stored`), whose last guard then gives this side back too.
-    pub(crate) fn other_side_unsettled(&self, keys: &LockKeys, stored: &Stored, owner: &Arc<str>) {
-        if let Some(held) = self.entries().get(renewed_key(keys, stored), owner) {
-            held.other_side_unsettled.store(true, Ordering::Relaxed);
-        }
+    /// `stored`), whose last guard then gives this side back too, kept
+    /// taken until `keep_until` if given (the latest such time of every
+    /// mark). False when this client no longer holds that side under
+    /// `owner`: the hold ended (or began ending) before, and will not give
+    /// this side back.
+    pub(crate) fn other_side_unsettled(
+        &self,
+        keys: &LockKeys,
+        stored: &Stored,
+        owner: &Arc<str>,
+        keep_until: Option<Instant>,
+    ) -> bool {
+        // Under the entries' lock: the hold's last guard takes it out of
+        // them (`unhold`) before it reads the mark, so a mark made here is
+        // read.
+        let entries = self.entries();
+        let Some(held) = entries.get(renewed_key(keys, stored), owner) else {
+            return false;
+        };
+        let mut unsettled = held
+            .other_side_unsettled
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        let before = unsettled.flatten();
+        *unsettled = Some(before.max(keep_until));
+        true
     }
 
     /// Drops one guard; the last one stops renewal. True when it was the last.

@@ -651,7 +651,7 @@ impl LockRequest {
         let registry = &self.client.registry;
         for lock in keys {
             if let Some(other) = Stored::other_side(self.kind, lock) {
-                registry.other_side_unsettled(lock, &other, owner);
+                registry.other_side_unsettled(lock, &other, owner, None);
             }
         }
     }
