@@ -550,7 +550,7 @@ async fn a_late_release_of_an_upgrade_leaves_the_upgrade_taken_again() {
     let granted_there = |levels: &'static str| {
         within(
             &masters[2],
-            Duration::from_secs(1),
+            Duration::from_secs(3),
             "the grant",
             async move {
                 while count() != levels {
@@ -559,20 +559,45 @@ async fn a_late_release_of_an_upgrade_leaves_the_upgrade_taken_again() {
             },
         )
     };
+    // Upgraded on the third master too (the read side is there).
+    let readers = format!("{key}:readers");
+    within(
+        &masters[2],
+        Duration::from_secs(3),
+        "the read grant",
+        async {
+            while masters[2].cli(&["ZCARD", &readers]) != "1" {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        },
+    )
+    .await;
     read.scope(async {
         let write = upgrade().await.expect("upgrade");
         granted_there("1").await;
-        // What reaches the third master from now on is held back 2 s:
+        // What reaches the third master from now on is held back 5 s:
         // the release returns on the other two.
-        proxy.set_delay(Duration::from_secs(2));
+        let connections = proxy.connections();
+        proxy.set_delay(Duration::from_secs(5));
         write.release().await.expect("released on a majority");
-        // A second call the third master leaves unanswered makes the
-        // client replace its connection to it (once both timed out).
+        // A second call the third master leaves unanswered (queued behind
+        // the release) makes the client replace its connection to it once
+        // both timed out; a ping opens the new one.
+        proxy.set_delay(Duration::ZERO);
         let probe = locks.lock(unique_key("probe")).try_acquire().await;
         drop(probe.expect("taken on a majority"));
-        tokio::time::sleep(Duration::from_millis(50)).await;
-        proxy.set_delay(Duration::ZERO);
-        tokio::time::sleep(3 * timeout).await;
+        within(
+            &masters[2],
+            Duration::from_secs(5),
+            "a new connection",
+            async {
+                while proxy.connections() == connections {
+                    locks.health().await;
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+            },
+        )
+        .await;
 
         // Taken again on the third master too (re-entering there what the
         // release is still to free), before the release reaches it; then
