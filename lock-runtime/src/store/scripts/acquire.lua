@@ -4,13 +4,17 @@
 -- a caller that waits for readers marks itself waiting, which holds back
 -- new readers until it is in.
 --
--- KEYS[1..n]       the lock hashes (owner, count, fence), n = #KEYS / 5
+-- KEYS[1..n]       the lock hashes (owner, count, fence), n = #KEYS / 2
 -- KEYS[n+1..2n]    the fencing counter of each lock's hash slot (see keys.rs)
--- KEYS[2n+1..3n]   each lock's readers (sorted set scored by lease expiry)
--- KEYS[3n+1..4n]   each lock's waiting-writer marker
--- KEYS[4n+1..5n]   each lock's waiting-readers marker: a writer that finds it
---                  (and no writer waiting for readers) lets the readers go
---                  first, so that a writer in a loop cannot starve them
+--
+-- Each lock's read side is named here from its hash, as keys.rs names it,
+-- rather than sent (each key a call sends costs Redis, and the client, to
+-- read, and most locks never have readers): its readers
+-- `KEYS[i]:readers` (a sorted set scored by lease expiry), its
+-- waiting-writer marker `KEYS[i]:writer-waiting` and its waiting-readers
+-- marker `KEYS[i]:readers-waiting` (a writer that finds it, and no writer
+-- waiting for readers, lets the readers go first, so that a writer in a
+-- loop cannot starve them).
 --
 -- A call for one lock with ARGV[5] "1" also uses the lock's line of waiters
 -- `KEYS[1]:queue`, their liveness `KEYS[1]:queue:alive` and how often its
@@ -59,7 +63,7 @@
 -- then how long it lasts); a caller that
 -- marked itself waiting or got in line is told to try again within half
 -- its mark's life, so that the mark and the place last as long as it waits.
-local n = #KEYS / 5
+local n = #KEYS / 2
 local q = quarantine_at(ARGV, 6)
 -- Whether the lock's line applies (see ARGV[5]), and its keys (the line's
 -- other two only past the common call below, which needs none of them).
@@ -76,8 +80,9 @@ end
 -- every call. Any other call goes on below, told what EXISTS said.
 local first_untouched = nil
 if n == 1 and ARGV[4] == '0' then
-  first_untouched = redis.call('EXISTS', KEYS[1], KEYS[3], KEYS[4], KEYS[5],
-    queue or KEYS[1], gone_key(KEYS[1], ARGV[1])) == 0
+  local lock = KEYS[1]
+  first_untouched = redis.call('EXISTS', lock, lock .. ':readers', lock .. ':writer-waiting',
+    lock .. ':readers-waiting', queue or lock, gone_key(lock, ARGV[1])) == 0
   if first_untouched then
     local fence, closed = next_fence(KEYS[2], q)
     if not fence then
@@ -90,6 +95,12 @@ if n == 1 and ARGV[4] == '0' then
 end
 if lined then
   alive, passed = queue .. ':alive', queue .. ':passed'
+end
+-- Lock i's readers and the markers of its waiting writer and readers
+-- (see the keys above).
+local function turn_keys(i)
+  local lock = KEYS[i]
+  return lock .. ':readers', lock .. ':writer-waiting', lock .. ':readers-waiting'
 end
 local function asking(i)
   local how = string.sub(ARGV[4], i, i)
@@ -122,7 +133,7 @@ local owners, fences, marked = {}, {}, {}
 -- `lined`), and the first waiter it takes the lock past, if it does.
 local in_line, passing = false, nil
 for i = 1, n do
-  local readers, marker, readers_waiting = KEYS[2 * n + i], KEYS[3 * n + i], KEYS[4 * n + i]
+  local readers, marker, readers_waiting = turn_keys(i)
   -- Most locks asked for are free and never had readers: one call tells
   -- (each call a script makes costs Redis on its one thread), and only a
   -- lock that has some of its keys is read further.
@@ -237,7 +248,7 @@ for i = 1, n do
       -- Readers this writer's mark held back wait for its release: it
       -- must be announced, as for a waiter that found the lock taken.
       redis.call('HSET', KEYS[i], 'owner', ARGV[1], 'count', 1, 'fence', fence, 'w', 1)
-      redis.call('DEL', KEYS[3 * n + i])
+      redis.call('DEL', KEYS[i] .. ':writer-waiting')
     else
       redis.call('HSET', KEYS[i], 'owner', ARGV[1], 'count', 1, 'fence', fence)
     end

@@ -9,7 +9,7 @@ use super::{
     PERMIT_ACQUIRE, PLACE_RELEASE, Place, READ_ACQUIRE, RELEASE, RENEW, Renewing, Stored,
     TURN_LEAVE, Taken,
 };
-use crate::base::keys::{self, LockKeys, READERS, READERS_WAITING, WRITER_WAITING};
+use crate::base::keys::{self, LockKeys};
 use crate::base::kind::Permits;
 
 /// Milliseconds for PEXPIRE, never zero (PEXPIRE 0 would delete the key).
@@ -118,21 +118,13 @@ pub(crate) fn acquire(
     mark: Duration,
     line: bool,
 ) -> Call {
-    let bytes: usize = locks
-        .iter()
-        .map(|l| 5 * l.lock.len() + l.fence.len() + 48)
-        .sum();
-    let mut items = Items::with_capacity(5 * locks.len() + 5, bytes + 64);
+    let bytes: usize = locks.iter().map(|l| l.lock.len() + l.fence.len()).sum();
+    let mut items = Items::with_capacity(2 * locks.len() + 5, bytes + 64);
     for lock in locks {
         items.key(&[&lock.lock]);
     }
     for lock in locks {
         items.key(&[&lock.fence]);
-    }
-    for suffix in [READERS, WRITER_WAITING, READERS_WAITING] {
-        for lock in locks {
-            items.key(&[&lock.lock, suffix]);
-        }
     }
     items
         .arg(&[asker.owner])
@@ -195,13 +187,7 @@ pub(crate) fn fair_acquire(
     stay: Duration,
     enqueue: bool,
 ) -> Call {
-    let keys = vec![
-        lock.lock.clone(),
-        lock.fence.to_string(),
-        lock.queue(),
-        lock.queue_alive(),
-        lock.readers(),
-    ];
+    let keys = vec![lock.lock.clone(), lock.fence.to_string()];
     let args = vec![
         asker.owner.to_owned(),
         millis(lease),
@@ -339,15 +325,7 @@ pub(crate) struct Next<'a> {
 /// does for a lock hash) and, when it becomes free, hands it to the one of
 /// `offers` whose turn it is.
 pub(crate) fn handoff(lock: &LockKeys, owner: &str, giving: Giving, offers: &[Next<'_>]) -> Call {
-    let keys = vec![
-        lock.lock.clone(),
-        lock.queue(),
-        lock.queue_alive(),
-        lock.fence.to_string(),
-        lock.readers(),
-        lock.writer_waiting(),
-        lock.readers_waiting(),
-    ];
+    let keys = vec![lock.lock.clone(), lock.fence.to_string()];
     let mut args = vec![
         owner.to_owned(),
         flag(giving.all),

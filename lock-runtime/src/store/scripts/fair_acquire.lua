@@ -2,9 +2,10 @@
 --
 -- KEYS[1]  the lock hash (owner, count, fence)
 -- KEYS[2]  the fencing counter of the lock's hash slot
--- KEYS[3]  the queue: waiting owners scored by arrival (server clock, us)
--- KEYS[4]  the waiters' liveness: owners scored by when they stop counting (ms)
--- KEYS[5]  the lock's readers (read-write locks), which also keep it taken
+-- Named here from the hash (see line_of in line.lua): the queue, waiting
+-- owners scored by arrival (server clock, us); the waiters' liveness,
+-- owners scored by when they stop counting (ms); and the lock's readers
+-- (read-write locks), which also keep it taken.
 -- ARGV[1]  owner id
 -- ARGV[2]  lease in milliseconds
 -- ARGV[3]  how long a waiter stays in line without trying again (ms)
@@ -20,6 +21,8 @@
 -- waiter's place runs out, or, quarantined 1, how long the restart
 -- quarantine keeps the lock closed.
 local now = now_ms()
+local queue, alive = line_of(KEYS[1])
+local readers_key = KEYS[1] .. ':readers'
 local held = redis.call('HMGET', KEYS[1], 'owner', 'fair')
 local owner = held[1]
 local how = ARGV[5]
@@ -42,7 +45,7 @@ end
 -- An upgrade: the caller's own read place, live, is not a reader in its way.
 local upgrading = false
 if how ~= '0' then
-  local reading = redis.call('ZSCORE', KEYS[5], ARGV[1])
+  local reading = redis.call('ZSCORE', readers_key, ARGV[1])
   if how ~= 'o' or not reading or tonumber(reading) <= now then
     return {-4, 1}
   end
@@ -57,15 +60,15 @@ end
 -- remove nothing.)
 local first, readers = nil, 0
 if not owner then
-  local stopped = redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', now)
+  local stopped = redis.call('ZRANGEBYSCORE', alive, '-inf', now)
   if #stopped > 0 then
     for _, gone in ipairs(stopped) do
-      redis.call('ZREM', KEYS[3], gone)
+      redis.call('ZREM', queue, gone)
     end
-    redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', now)
+    redis.call('ZREMRANGEBYSCORE', alive, '-inf', now)
   end
-  first = redis.call('ZRANGE', KEYS[3], 0, 0)[1]
-  readers = redis.call('ZCOUNT', KEYS[5], '(' .. now, '+inf')
+  first = redis.call('ZRANGE', queue, 0, 0)[1]
+  readers = redis.call('ZCOUNT', readers_key, '(' .. now, '+inf')
   if upgrading then
     readers = readers - 1
   end
@@ -78,8 +81,8 @@ if not owner and readers == 0 and (not first or first == ARGV[1]) then
     -- `fair` tells the release to name the next in line.
     redis.call('HSET', KEYS[1], 'owner', ARGV[1], 'count', 1, 'fence', fence, 'fair', 1)
     redis.call('PEXPIRE', KEYS[1], ARGV[2])
-    redis.call('ZREM', KEYS[3], ARGV[1])
-    redis.call('ZREM', KEYS[4], ARGV[1])
+    redis.call('ZREM', queue, ARGV[1])
+    redis.call('ZREM', alive, ARGV[1])
     return {1, fence, 1}
   end
 end
@@ -96,14 +99,14 @@ elseif owner then
     mark_in_line(KEYS[1])
   end
 elseif readers > 0 then
-  local last = redis.call('ZRANGE', KEYS[5], -1, -1, 'WITHSCORES')
+  local last = redis.call('ZRANGE', readers_key, -1, -1, 'WITHSCORES')
   ttl = tonumber(last[2]) - now
 else
-  ttl = tonumber(redis.call('ZSCORE', KEYS[4], first) or now) - now
+  ttl = tonumber(redis.call('ZSCORE', alive, first) or now) - now
 end
 if ARGV[4] == '1' then
   local stay = tonumber(ARGV[3])
-  get_in_line(KEYS[3], KEYS[4], ARGV[1], stay)
-  line_lasts(KEYS[3], KEYS[4], stay)
+  get_in_line(queue, alive, ARGV[1], stay)
+  line_lasts(queue, alive, stay)
 end
 return {0, ttl, closed and 1 or 0}

@@ -25,12 +25,12 @@
 -- is found held by one of the offers, handed on by this releaser ("from"),
 -- and the answer is given again.
 --
--- KEYS[1]      the lock hash (the release, give_back below, names its
---              release channel from it, as release.lua does)
--- KEYS[2..3]   its line of waiters and their liveness
--- KEYS[4]      the fencing counter of the lock's hash slot
--- KEYS[5..7]   its readers, waiting-writer marker and waiting-readers
---              marker (acquire.lua)
+-- KEYS[1]      the lock hash
+-- KEYS[2]      the fencing counter of the lock's hash slot
+-- Named from the hash, as release.lua and acquire.lua name them (see
+-- line_of in line.lua): its line of waiters and their liveness, its
+-- readers, waiting-writer marker and waiting-readers marker, and (by the
+-- release, give_back below) its release channel.
 -- ARGV[1..4]   the release's arguments (release.lua)
 -- ARGV[5]      how many handoffs in a row a marked plain lock may make
 -- ARGV[6]      m, the number of offers
@@ -51,6 +51,9 @@ local function offer(j)
   local how = ARGV[at + 2]
   return ARGV[at], ARGV[at + 1], how ~= '0', tonumber(string.match(how, '^j(%d+)$'))
 end
+local queue, alive = line_of(KEYS[1])
+local readers = KEYS[1] .. ':readers'
+local writer_waiting, readers_waiting = KEYS[1] .. ':writer-waiting', KEYS[1] .. ':readers-waiting'
 local held = redis.call('HMGET', KEYS[1], 'owner', 'count', 'fair', 'w', 'h', 'from')
 -- Whether the lock may go to offer j: nobody holds or waits for its read
 -- side, and j's owner id is not retired (a waiter whose handoff answer was
@@ -58,7 +61,7 @@ local held = redis.call('HMGET', KEYS[1], 'owner', 'count', 'fair', 'w', 'h', 'f
 -- this call may run after that, and must not hand the lock to an owner id
 -- nobody uses any more). One call asks both.
 local function clear(j)
-  return redis.call('EXISTS', KEYS[5], KEYS[6], KEYS[7], gone_key(KEYS[1], (offer(j)))) == 0
+  return redis.call('EXISTS', readers, writer_waiting, readers_waiting, gone_key(KEYS[1], (offer(j)))) == 0
 end
 if held[1] and held[1] ~= ARGV[1] and ARGV[2] == '1' and held[6] == ARGV[1] then
   for j = 1, m do
@@ -79,17 +82,17 @@ local longest_stay = nil
 for j = 1, m do
   local owner, _, _, stay = offer(j)
   if stay and owner ~= held[1] and redis.call('EXISTS', gone_key(KEYS[1], owner)) == 0 then
-    get_in_line(KEYS[2], KEYS[3], owner, stay)
+    get_in_line(queue, alive, owner, stay)
     longest_stay = math.max(longest_stay or stay, stay)
   end
 end
 if longest_stay then
-  line_lasts(KEYS[2], KEYS[3], longest_stay)
+  line_lasts(queue, alive, longest_stay)
 end
 if held[1] == ARGV[1] and (ARGV[2] == '1' or held[2] == '1') and ARGV[3] == '0' then
   local chosen, chain = nil, tonumber(held[5] or '0')
   if held[3] then
-    local first = next_in_line(KEYS[2], KEYS[3])
+    local first = next_in_line(queue, alive)
     for j = 1, m do
       local owner, _, fair = offer(j)
       if fair and owner == first then
@@ -109,14 +112,14 @@ if held[1] == ARGV[1] and (ARGV[2] == '1' or held[2] == '1') and ARGV[3] == '0' 
         end
         -- Readers or their marks are in the way of every offer; otherwise
         -- this one is retired, and the next plain offer may take it.
-        if redis.call('EXISTS', KEYS[5], KEYS[6], KEYS[7]) > 0 then
+        if redis.call('EXISTS', readers, writer_waiting, readers_waiting) > 0 then
           break
         end
       end
     end
   end
   if chosen then
-    local fence = next_fence(KEYS[4], quarantine_at(ARGV, 7 + 3 * m))
+    local fence = next_fence(KEYS[2], quarantine_at(ARGV, 7 + 3 * m))
     if fence then
       local owner, lease = offer(chosen)
       -- The hash is written over: `fair` and a mark ("w") stay. The new
@@ -127,8 +130,8 @@ if held[1] == ARGV[1] and (ARGV[2] == '1' or held[2] == '1') and ARGV[3] == '0' 
         redis.call('HSET', KEYS[1], 'owner', owner, 'count', 1, 'fence', fence, 'h', chain + 1,
           'from', ARGV[1])
       end
-      redis.call('ZREM', KEYS[2], owner)
-      redis.call('ZREM', KEYS[3], owner)
+      redis.call('ZREM', queue, owner)
+      redis.call('ZREM', alive, owner)
       redis.call('PEXPIRE', KEYS[1], lease)
       return {0, fence, chosen}
     end

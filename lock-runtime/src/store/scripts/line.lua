@@ -2,6 +2,17 @@
 -- (acquire.lua); for the scripts that put waiters in it or give locks back
 -- (see prelude.lua).
 
+-- The line of waiters of the lock whose hash is `lock`, and their
+-- liveness, as keys.rs names them. The scripts name a lock's companions
+-- from its hash rather than take them as keys: each key a call sends costs
+-- Redis (and the client) to read, and most calls use none of them. A
+-- lock's keys share its hash slot (keys.rs), so on a Cluster they are on
+-- the node the call goes to.
+local function line_of(lock)
+  local queue = lock .. ':queue'
+  return queue, queue .. ':alive'
+end
+
 -- Puts `owner` in the lock's line of waiters: `queue` scored by
 -- arrival, where a waiter already in line keeps its place (NX), and
 -- `alive`, where its place counts for `stay` ms from now unless it tries

@@ -45,8 +45,7 @@ local function channel(i)
   return KEYS[i] .. ':released'
 end
 local function line(i)
-  local queue = KEYS[i] .. ':queue'
-  return queue, queue .. ':alive'
+  return line_of(KEYS[i])
 end
 -- Tells the waiters of lock i (its hash's fields `held`) that its holder
 -- let go: the first in line, or any when nobody is (or the caller's own
