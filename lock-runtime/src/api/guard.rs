@@ -688,14 +688,19 @@ fn settled(released: &Result<Vec<Released>, LockError>) -> bool {
 /// began ending meanwhile (its release was sent while this one was on its
 /// way) would not: the side is given back whole now instead. Nothing asks
 /// for the lock under that owner id any more, as when that hold gives it
-/// back.
+/// back, unless this side is held here again under that owner id.
 fn mark_unsettled(client: &Arc<Inner>, held: &[Arc<Held>], keep_until: Option<Instant>) {
     for held in held {
         let Some(other) = Stored::other_side(held.tracked.kind(), &held.keys) else {
             continue;
         };
         let registry = &client.registry;
-        if !registry.other_side_unsettled(&held.keys, &other, &held.owner, keep_until) {
+        // Not while this side is held here again, under the same owner id
+        // (taken again before that hold ended): its own last release gives
+        // back every level, this one's too.
+        if !registry.other_side_unsettled(&held.keys, &other, &held.owner, keep_until)
+            && !holds_either_side(client, held)
+        {
             give_back_side(client, held, (held.stored.clone(), keep_until));
         }
     }
@@ -952,5 +957,47 @@ impl Drop for LockGuard {
         } else {
             runtime.spawn(releasing);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::LockClient;
+
+    /// What an upgrade's release left held is not given back for it while
+    /// the write side is held again under the same owner id (a second
+    /// upgrade, made after the first was released and before the read hold
+    /// ended), even once the read hold is gone: that would free the second
+    /// upgrade's lock. It did, when the read hold's end came between the
+    /// first upgrade's release and its answer.
+    #[tokio::test]
+    async fn a_side_held_again_is_not_given_back_for_an_earlier_hold() {
+        let locks = LockClient::in_memory().await.expect("client");
+        let read = locks.read_lock("rw").acquire().await.expect("read");
+        let upgrade = || locks.write_lock("rw").wait(Duration::ZERO).acquire();
+        let (first, again) = read
+            .scope(async {
+                let first = upgrade().await.expect("upgrade");
+                let held = first.held.clone();
+                first.release().await.expect("release");
+                (held, upgrade().await.expect("upgrade again"))
+            })
+            .await
+            .expect("not lost");
+        // The read hold ends before the first upgrade's answer is marked.
+        for held in &read.held {
+            locks.inner.registry.unhold(held);
+        }
+        mark_unsettled(&locks.inner, &first, None);
+        let settled = async {
+            while locks.inner.closing_releases.under_way() > 0 {
+                tokio::task::yield_now().await;
+            }
+        };
+        let waited = tokio::time::timeout(Duration::from_secs(10), settled);
+        waited.await.expect("the give-backs under way ended");
+        again.release().await.expect("still held");
+        read.release().await.expect("release");
     }
 }

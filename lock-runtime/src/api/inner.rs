@@ -48,6 +48,12 @@ impl ClosingReleases {
         self.tasks.spawn_on(release, runtime);
     }
 
+    /// How many are under way.
+    #[cfg(test)]
+    pub(crate) fn under_way(&self) -> usize {
+        self.tasks.len()
+    }
+
     /// Keeps `err` if it is the first release failure.
     pub(crate) fn record(&self, err: LockError) {
         let mut first = self.first_failure.lock().unwrap_or_else(|e| e.into_inner());
