@@ -425,17 +425,19 @@ impl LockGuard {
     /// stops with its future, and the enclosing guard's release then frees
     /// that level too.
     ///
-    /// The last guard of one side of a read-write lock released while this
-    /// task still holds the other side (after an upgrade or a downgrade)
-    /// gives back one level instead: the hold of the other side may take
-    /// this side again, and a release that reaches Redis after that (on
-    /// Redlock, a master slower than the majority the release returned on)
-    /// counts the new grant down rather than freeing it. Whatever such a
-    /// release leaves held (it failed, or a re-entry whose answer was lost
-    /// counted one more in Redis) is given back whole, kept until its
+    /// The last guard of one side of a read-write lock (a guard of that
+    /// lock alone) released while this task still holds the other side
+    /// under the same owner (after an upgrade or a downgrade) gives back
+    /// one level instead: the hold of the other side may take this side
+    /// again, and a release that reaches Redis after that (on Redlock, a
+    /// master slower than the majority the release returned on) counts the
+    /// new grant down rather than freeing it. Whatever such a release
+    /// leaves held (it failed, or a re-entry whose answer was lost counted
+    /// one more in Redis) is given back whole, kept until its
     /// [`lock_at_least`](crate::LockRequest::lock_at_least) minimum, when
-    /// the hold of the other side is released (at once if that release
-    /// began first).
+    /// the hold of the other side (a guard of that lock alone) is
+    /// released, or at once if that release began first; while this side
+    /// is held here again, its own last release frees it instead.
     ///
     /// # Errors
     ///

@@ -102,7 +102,9 @@ impl LockClient {
     /// 2. every hold is told it is lost ([`LossReason::ShutDown`]), so that
     ///    bodies under `#[distributed_lock]` or
     ///    [`LockGuard::lost`](crate::LockGuard::lost) stop, and their guards,
-    ///    dropped, give their locks back (every level, as any last release;
+    ///    dropped, give their locks back (every level, as any last release,
+    ///    but for a side of a read-write lock whose other side the same
+    ///    task still holds: see [`LockGuard::release`](crate::LockGuard::release);
     ///    `shutdown` waits for those releases too);
     /// 3. after up to the command timeout for that, it gives back whatever
     ///    is still held (a guard kept past the loss), every level at once,

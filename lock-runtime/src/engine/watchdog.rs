@@ -470,8 +470,9 @@ impl Registry {
         Some(held.timing().renewed)
     }
 
-    /// An upgrade or a downgrade under `owner` went unanswered: marks the
-    /// hold of the other side it was made from (the lock `keys` stored as
+    /// An upgrade or a downgrade under `owner` went unanswered, or the
+    /// last release of one left it held (see `guard.rs`, `mark_unsettled`):
+    /// marks the hold of the other side it was made from (the lock `keys` stored as
     /// `stored`), whose last guard then gives this side back too, kept
     /// taken until `keep_until` if given (the latest such time of every
     /// mark). False when this client no longer holds that side under
