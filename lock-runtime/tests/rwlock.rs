@@ -430,6 +430,39 @@ async fn a_reader_upgrades_to_the_fair_write_side() {
     ok(&server, read.release().await);
 }
 
+/// The lease of the holds in the tests of an upgrade's levels: longer than
+/// any of them, so that nothing lapses on its own.
+const LEASE: Duration = Duration::from_secs(30);
+
+/// Upgrades to the write side of `name` (inside the scope of a read hold
+/// of it) and counts one level more in Redis than guards here, as a
+/// re-entry whose answer was lost does (written as the script writes it).
+async fn upgrade_with_a_level_left(
+    server: &lock_testkit::RedisServer,
+    locks: &lock_runtime::LockClient,
+    name: &str,
+) -> lock_runtime::LockGuard {
+    let write = locks.write_lock(name).lease(LEASE);
+    let write = ok(server, write.wait(Duration::ZERO).acquire().await);
+    server.cli(&["HINCRBY", &lock_key(name), "count", "1"]);
+    write
+}
+
+/// Waits until the lock hash `key` is gone (its write side given back).
+async fn until_given_back(server: &lock_testkit::RedisServer, key: &str) {
+    within(
+        server,
+        Duration::from_secs(10),
+        "the write side given back",
+        async {
+            while server.cli(&["EXISTS", key]) == "1" {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        },
+    )
+    .await;
+}
+
 /// An upgrade's last release gives back one level (the read hold it was
 /// taken under may take the write side again, and a release reaching Redis
 /// late must not free that). When levels are left in Redis (a re-entry
@@ -441,15 +474,12 @@ async fn an_upgrade_left_with_levels_is_given_back_with_the_read_hold() {
     let (server, [locks]) = start_server_with_clients().await;
     let name = unique_key("upgrade-levels");
     let key = lock_key(&name);
-    let lease = Duration::from_secs(30);
     let read = ok(
         &server,
-        locks.read_lock(name.as_str()).lease(lease).acquire().await,
+        locks.read_lock(name.as_str()).lease(LEASE).acquire().await,
     );
     read.scope(async {
-        let write = locks.write_lock(name.as_str()).lease(lease);
-        let write = ok(&server, write.wait(Duration::ZERO).acquire().await);
-        server.cli(&["HINCRBY", &key, "count", "1"]);
+        let write = upgrade_with_a_level_left(&server, &locks, &name).await;
         ok(&server, write.release().await);
         // One level given back, one left: still taken, by nobody here.
         assert_eq!(server.cli(&["HGET", &key, "count"]), "1");
@@ -457,17 +487,7 @@ async fn an_upgrade_left_with_levels_is_given_back_with_the_read_hold() {
     .await
     .expect("not lost");
     ok(&server, read.release().await);
-    within(
-        &server,
-        Duration::from_secs(10),
-        "the write side given back",
-        async {
-            while server.cli(&["EXISTS", &key]) == "1" {
-                tokio::time::sleep(Duration::from_millis(10)).await;
-            }
-        },
-    )
-    .await;
+    until_given_back(&server, &key).await;
     let writer = locks.write_lock(name.as_str()).wait(Duration::ZERO);
     ok(&server, ok(&server, writer.acquire().await).release().await);
 }
@@ -495,15 +515,12 @@ async fn an_upgrade_left_with_levels_after_the_read_hold_ended_is_given_back() {
     let (proxy, locks) = through_proxy(&server).await;
     let name = unique_key("upgrade-levels-late");
     let key = lock_key(&name);
-    let lease = Duration::from_secs(30);
     let read = ok(
         &server,
-        locks.read_lock(name.as_str()).lease(lease).acquire().await,
+        locks.read_lock(name.as_str()).lease(LEASE).acquire().await,
     );
     read.scope(async {
-        let write = locks.write_lock(name.as_str()).lease(lease);
-        let write = ok(&server, write.wait(Duration::ZERO).acquire().await);
-        server.cli(&["HINCRBY", &key, "count", "1"]);
+        let write = upgrade_with_a_level_left(&server, &locks, &name).await;
         proxy.set_delay(Duration::from_millis(100));
         // Given up on: it goes on in a task of its own.
         let release = tokio::time::timeout(Duration::from_millis(10), write.release());
@@ -512,17 +529,7 @@ async fn an_upgrade_left_with_levels_after_the_read_hold_ended_is_given_back() {
     .await
     .expect("not lost");
     ok(&server, read.release().await);
-    within(
-        &server,
-        Duration::from_secs(10),
-        "the write side given back",
-        async {
-            while server.cli(&["EXISTS", &key]) == "1" {
-                tokio::time::sleep(Duration::from_millis(10)).await;
-            }
-        },
-    )
-    .await;
+    until_given_back(&server, &key).await;
 }
 
 /// A downgrade's write side kept until its minimum (`lock_at_least`) whose
